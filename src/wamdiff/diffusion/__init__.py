@@ -1,0 +1,1 @@
+"""The block-causal masked-diffusion core: masks + positions, noising, losses, training forwards."""

@@ -1,0 +1,143 @@
+"""Block-causal masked-diffusion decoding (DESIGN §2.2) on a `StepRunner`.
+
+Per block of B answer slots: start all-mask; every forward predicts all B positions (bidirectional inside
+the block, over the cached prompt and committed blocks); unmask by confidence (threshold: every masked
+position with top probability >= tau plus at least the most confident one; fixed: a fixed count per step,
+most confident first); at the step cap the remaining masks take the last argmax. Denoising steps write the
+block's K/V into the block's own slots, so the cache never grows and the next step overwrites them. The
+finished block is then committed (its clean K/V written to the same slots): in a separate forward, or fused
+into the next block's first step as B extra queries in front of the B masks (and the prompt prefill fused
+with block 0's first step), which saves exactly one forward per block.
+
+Batches: every sample runs every forward (fixed shapes); per-sample `active` flags decide what counts.
+A sample is finished once a block containing EOS is complete; its tail after EOS is PAD (the training
+convention). All selection is vectorised over the batch: no per-sample Python in the hot path.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from wamdiff.decoding.runner import StepRunner
+
+
+def fixed_schedule(block_size: int, steps: int) -> list[int]:
+    """Tokens to unmask at each step of the fixed strategy: min(B, steps) steps, counts as even as possible."""
+    n = min(block_size, steps)
+    base, extra = divmod(block_size, n)
+    return [base + (1 if i < extra else 0) for i in range(n)]
+
+
+def select_threshold(conf: torch.Tensor, masked: torch.Tensor, tau: float) -> torch.Tensor:
+    """Positions to unmask: masked & (conf >= tau), plus the most confident masked one per row."""
+    conf = conf.masked_fill(~masked, -1.0)
+    sel = conf >= tau
+    sel.scatter_(1, conf.argmax(1, keepdim=True), True)
+    return sel & masked
+
+
+def select_topk(conf: torch.Tensor, masked: torch.Tensor, k: int) -> torch.Tensor:
+    """The k most confident masked positions per row (fewer if fewer are masked)."""
+    conf = conf.masked_fill(~masked, -1.0)
+    sel = torch.zeros_like(masked)
+    sel.scatter_(1, conf.topk(k, dim=1).indices, True)
+    return sel & masked
+
+
+def confidence(logits: torch.Tensor):
+    """(top probability, argmax) per position, in fp32, without materialising the softmax."""
+    logits = logits.float()
+    top, pred = logits.max(-1)
+    return torch.exp(top - torch.logsumexp(logits, -1)), pred
+
+
+@torch.inference_mode()
+def decode_block(
+    runner: StepRunner,
+    *,
+    max_new_tokens: int,
+    mask_id: int,
+    eos_id: int,
+    pad_id: int,
+    threshold: float = 0.9,
+    max_steps: int = 32,
+    strategy: str = "threshold",
+    fused_commit: bool = True,
+    grammar_table=None,
+    trace=None,
+):
+    """Returns (tokens [N, A] (PAD after EOS), lengths [N], forwards [N], finished [N]).
+
+    `trace(block_index, step, block_tokens_before, logits)` is called after every denoising forward (tests).
+    """
+    n, p, bsz = runner.n, runner.P, runner.B
+    dev = runner.device
+    n_blocks = -(-max_new_tokens // bsz)
+    out = torch.full((n, n_blocks * bsz), pad_id, dtype=torch.long, device=dev)
+    forwards = torch.zeros(n, dtype=torch.long, device=dev)
+    finished = torch.zeros(n, dtype=torch.bool, device=dev)
+    lengths = torch.zeros(n, dtype=torch.long, device=dev)
+    cols = torch.arange(bsz, device=dev)
+    all_mask = torch.full((n, bsz), mask_id, dtype=torch.long, device=dev)
+    schedule = fixed_schedule(bsz, max_steps) if strategy == "fixed" else None
+    n_steps_cap = len(schedule) if schedule is not None else max_steps
+
+    if not fused_commit:  # plain prefill: one forward for everyone
+        runner.prefill(None, keep=1)
+        forwards += 1
+    pending = None  # clean tokens of the previous block awaiting commit (fused mode)
+
+    for blk in range(n_blocks):
+        s0 = p + blk * bsz
+        active = ~finished
+        x = all_mask.clone()
+        masked = active[:, None].expand(n, bsz).clone()
+        allowed = None if grammar_table is None else grammar_table[blk * bsz:(blk + 1) * bsz]
+        step = 0
+        while True:
+            if step == 0 and fused_commit and blk == 0:
+                logits = runner.prefill(x, keep=bsz)
+            elif step == 0 and pending is not None:
+                logits = runner.forward(torch.cat([pending, x], dim=1), s0 - bsz, keep=bsz)
+            else:
+                logits = runner.forward(x, s0, keep=bsz)
+            if allowed is not None:
+                logits = logits.masked_fill(~allowed, float("-inf"))
+            if trace is not None:
+                trace(blk, step, x.clone(), logits)
+            conf, pred = confidence(logits)
+            forwards += masked.any(1)
+            step += 1
+            if step >= n_steps_cap:
+                sel = masked
+            elif schedule is not None:
+                sel = select_topk(conf, masked, schedule[step - 1])
+            else:
+                sel = select_threshold(conf, masked, threshold)
+            x = torch.where(sel, pred, x)
+            masked = masked & ~sel
+            if not bool(masked.any()):
+                break
+        pending = None
+
+        # EOS: keep tokens up to the first EOS, PAD after it (as trained); the sample is finished.
+        is_eos = x == eos_id
+        has_eos = is_eos.any(1)
+        first = torch.where(has_eos, is_eos.int().argmax(1), torch.full_like(lengths, bsz))
+        x = torch.where(cols[None] > first[:, None], pad_id, x)
+        out[:, blk * bsz:(blk + 1) * bsz] = torch.where(active[:, None], x, pad_id)
+        lengths += torch.where(active, torch.clamp(first + 1, max=bsz), 0)
+        finished |= active & has_eos
+        active = ~finished
+        if blk + 1 == n_blocks or not bool(active.any()):
+            break
+        if fused_commit:
+            pending = x
+        else:
+            runner.forward(x, s0, keep=0)  # K/V only, no logits needed
+            forwards += active
+
+    # the budget: cut at max_new_tokens (an EOS beyond it does not count)
+    finished &= lengths <= max_new_tokens
+    lengths = torch.clamp(lengths, max=max_new_tokens)
+    return out[:, :max_new_tokens], lengths, forwards, finished

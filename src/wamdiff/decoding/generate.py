@@ -1,0 +1,101 @@
+"""`generate`: the one entry point other areas call (AR baseline or block diffusion, same machinery)."""
+
+from __future__ import annotations
+
+import torch
+
+from wamdiff.decoding.ar import decode_ar
+from wamdiff.decoding.block import decode_block
+from wamdiff.decoding.config import DecodeConfig, Generation
+from wamdiff.decoding.runner import StepRunner, collate_prompts
+from wamdiff.models.tokens import IM_END, MASK, PAD
+
+
+def token_id(tokenizer, token: str) -> int:
+    i = tokenizer.convert_tokens_to_ids(token)
+    unk = getattr(tokenizer, "unk_token_id", None)
+    if i is None or (unk is not None and i == unk and token != getattr(tokenizer, "unk_token", None)):
+        raise ValueError(f"tokenizer has no {token!r} token")
+    return int(i)
+
+
+def model_block_settings(model, tokenizer) -> tuple[int | None, int | None]:
+    """(block_size, mask_token_id) of a diffusion model: `wamdiff.models.diffusion_settings` when available,
+    else ``model.config.block_size`` / ``mask_token_id``, else the tokenizer's MASK token."""
+    try:
+        from wamdiff.models import diffusion_settings  # noqa: PLC0415  (core area; may not exist yet)
+
+        s = diffusion_settings(model)
+        return s.block_size, s.mask_token_id
+    except (ImportError, AttributeError, ValueError, KeyError, TypeError):
+        pass
+    cfg = model.config
+    bs = getattr(cfg, "block_size", None)
+    mid = getattr(cfg, "mask_token_id", None)
+    if mid is None:
+        try:
+            mid = token_id(tokenizer, MASK)
+        except ValueError:
+            mid = None
+    return bs, mid
+
+
+def prepare_model(model, config: DecodeConfig):
+    """Cast (in place) to config.dtype and switch to eval mode."""
+    if config.dtype is not None and next(model.parameters()).dtype != config.dtype:
+        model.to(config.dtype)
+    return model.eval()
+
+
+@torch.inference_mode()
+def generate(model, tokenizer, prompts, config: DecodeConfig | None = None) -> list[Generation]:
+    """Decode one answer per prompt. Prompts of different lengths are batched (left padding); every prompt of
+    a batch is decoded together (batch = len(prompts)). Greedy; see `DecodeConfig` for the knobs."""
+    config = config or DecodeConfig()
+    prepare_model(model, config)
+    eos_id, pad_id = token_id(tokenizer, IM_END), token_id(tokenizer, PAD)
+    device = next(model.parameters()).device
+    batch = collate_prompts(prompts, pad_id, device)
+    if batch.pixel_values is not None:
+        batch.pixel_values = batch.pixel_values.to(next(model.parameters()).dtype)
+    vocab = model.lm_head.out_features
+    table = None
+    if config.grammar is not None:
+        table = config.grammar.table(config.max_new_tokens + 64, vocab, pad_id, device)
+
+    if config.mode == "ar":
+        runner = _make_runner(model, batch, 1, config)
+        out, lengths, forwards, finished = decode_ar(
+            runner, max_new_tokens=config.max_new_tokens, eos_id=eos_id, pad_id=pad_id, grammar_table=table
+        )
+    else:
+        bs, mask_id = model_block_settings(model, tokenizer)
+        bs = config.block_size or bs
+        if bs is None:
+            raise ValueError("block decoding needs a block size: set DecodeConfig.block_size or model.config.block_size")
+        if mask_id is None:
+            raise ValueError(f"block decoding needs a mask token: model.config.mask_token_id or a {MASK!r} token")
+        if table is not None and table.shape[0] < -(-config.max_new_tokens // bs) * bs:
+            table = config.grammar.table(-(-config.max_new_tokens // bs) * bs, vocab, pad_id, device)
+        runner = _make_runner(model, batch, bs, config)
+        out, lengths, forwards, finished = decode_block(
+            runner, max_new_tokens=config.max_new_tokens, mask_id=mask_id, eos_id=eos_id, pad_id=pad_id,
+            threshold=config.threshold, max_steps=config.max_steps_per_block, strategy=config.strategy,
+            fused_commit=config.fused_commit, grammar_table=table,
+        )
+    return to_generations(tokenizer, out, lengths, forwards, finished, eos_id)
+
+
+def _make_runner(model, batch, block_size: int, config: DecodeConfig) -> StepRunner:
+    capacity = config.max_new_tokens + (1 if config.mode == "ar" else 0)
+    return StepRunner(model, batch, block_size, capacity, compile=config.compile)
+
+
+def to_generations(tokenizer, out, lengths, forwards, finished, eos_id: int) -> list[Generation]:
+    rows, lens, fw, fin = out.tolist(), lengths.tolist(), forwards.tolist(), finished.tolist()
+    gens = []
+    for row, n, f, done in zip(rows, lens, fw, fin):
+        ids = row[:n]
+        body = ids[:-1] if ids and ids[-1] == eos_id else ids
+        gens.append(Generation(ids, tokenizer.decode(body, skip_special_tokens=False), int(f), bool(done)))
+    return gens

@@ -1,0 +1,199 @@
+"""Everything a decode loop needs, built ONCE per `generate` call, and the one-step forward.
+
+Slot layout (per sample, all samples share columns): ``[left pad | prompt]`` in slots ``[0, P)`` then the
+answer in slots ``[P, P + A)``, A = capacity rounded up to whole blocks. Every slot has a block id: prompt
+slot j -> j (token-causal prompt, independent of B), answer slot P + a -> P + a // B. The single rule
+
+    query slot q may attend key slot k  <=>  bid[k] <= bid[q]  and  k is not padding   (plus k == q)
+
+gives every mask the decoders ever need as a *row slice* of one precomputed [N, 1, S, S] matrix:
+prefill (rows [0, P)), a denoising step of block b (its B rows: sees prompt + clean blocks < b + itself),
+a commit of block b (same rows: the clean block is bidirectional inside itself, as x0 in training), the fused
+commit + next step (2B rows: the clean block b cannot see block b + 1, the noisy block b + 1 sees clean b),
+and the AR step (B = 1: causal). Slots that are not written yet have larger block ids, so they are hidden
+by the same rule. Position ids are precomputed for all slots too; a step only slices views.
+
+This is the mask of DESIGN §2.1 restricted to decode time; `tests/test_decoding_masks.py` checks it against
+`wamdiff.diffusion.masks.decode_block_mask_dense`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from wamdiff.decoding.cache import SlotCache
+from wamdiff.diffusion.masks import decode_position_ids, prefix_position_ids, uses_mrope
+
+
+def text_config(model):
+    return getattr(model.config, "text_config", model.config)
+
+
+def _is_vl(model) -> bool:
+    return uses_mrope(model)
+
+
+@dataclass
+class PromptBatch:
+    """Left-padded prompts. ids/valid: [N, P]; pixel_values, image_grid_thw concatenated in sample order."""
+
+    ids: torch.LongTensor
+    valid: torch.BoolTensor
+    pixel_values: torch.Tensor | None
+    image_grid_thw: torch.LongTensor | None
+    mm_token_type_ids: torch.LongTensor | None
+
+
+def collate_prompts(prompts, pad_id: int, device=None) -> PromptBatch:
+    """Left-pad a list of `EncodedPrompt`-like objects (fields input_ids, pixel_values, image_grid_thw, mm_token_type_ids)."""
+    if not prompts:
+        raise ValueError("generate: prompts is empty")
+    lens = [int(p.input_ids.numel()) for p in prompts]
+    if min(lens) == 0:
+        raise ValueError(f"generate: prompt {lens.index(0)} has no tokens")
+    n, width = len(prompts), max(lens)
+    ids = torch.full((n, width), pad_id, dtype=torch.long)
+    valid = torch.zeros((n, width), dtype=torch.bool)
+    mm = torch.zeros((n, width), dtype=torch.long)
+    pixels, grids, any_mm = [], [], False
+    for i, p in enumerate(prompts):
+        ids[i, width - lens[i]:] = p.input_ids.reshape(-1)
+        valid[i, width - lens[i]:] = True
+        if getattr(p, "mm_token_type_ids", None) is not None:
+            mm[i, width - lens[i]:] = p.mm_token_type_ids.reshape(-1)
+            any_mm = True
+        if getattr(p, "pixel_values", None) is not None:
+            pixels.append(p.pixel_values)
+            grids.append(p.image_grid_thw.reshape(-1, 3))
+    pv = torch.cat(pixels).to(device) if pixels else None
+    grid = torch.cat(grids).to(device) if grids else None
+    return PromptBatch(ids.to(device), valid.to(device), pv, grid, mm.to(device) if any_mm or pixels else None)
+
+
+class StepRunner:
+    """Owns the cache, the slot mask matrix, the positions and the one-step forward for one batch."""
+
+    def __init__(self, model, batch: PromptBatch, block_size: int, answer_capacity: int, *, compile: bool = False):
+        self.model = model
+        self.batch = batch
+        self.vl = _is_vl(model)
+        cfg = text_config(model)
+        dev = batch.ids.device
+        self.device = dev
+        self.dtype = next(model.parameters()).dtype
+        n, p = batch.ids.shape
+        self.n, self.P, self.B = n, p, block_size
+        self.A = -(-answer_capacity // block_size) * block_size
+        self.S = s = p + self.A
+
+        # block ids and the [N, 1, S, S] "may attend" matrix (see module docstring)
+        slot = torch.arange(s, device=dev)
+        bid = torch.where(slot < p, slot, p + (slot - p) // block_size)
+        key_ok = torch.cat([batch.valid, torch.ones(n, self.A, dtype=torch.bool, device=dev)], dim=1)
+        allow = (bid[None, :] <= bid[:, None])[None] & key_ok[:, None, :]
+        allow |= torch.eye(s, dtype=torch.bool, device=dev)[None]  # no empty rows (pad queries), keeps outputs finite
+        impl = getattr(cfg, "_attn_implementation", "sdpa")
+        if impl == "eager":  # eager ADDS the mask: additive float
+            allow = torch.zeros(allow.shape, dtype=self.dtype, device=dev).masked_fill_(~allow, float("-inf"))
+        elif impl not in ("sdpa", "wamdiff_mask_dispatch", None):
+            raise ValueError(f"decoding supports sdpa/eager attention, the model uses {impl!r}")
+        self.allow = allow[:, None]  # [N, 1, S, S]
+        self._mask_cache: dict[tuple[int, int], torch.Tensor] = {}
+
+        # position ids for every slot
+        pos, next_pos = prefix_position_ids(
+            model, batch.ids, batch.valid, image_grid_thw=batch.image_grid_thw, mm_token_type_ids=batch.mm_token_type_ids
+        )
+        ans = decode_position_ids(next_pos.to(dev), 0, self.A, mrope=self.vl)
+        self.pos = torch.cat([pos.to(dev), ans], dim=-1).contiguous()
+        self.slots = slot
+
+        self.cache = SlotCache(cfg, n, s, self.dtype, dev)
+        if self.vl:
+            self._text_model = model.model.language_model
+            self._embed = model.model.language_model.embed_tokens
+        else:
+            self._text_model = model.model
+            self._embed = None
+        self._lm_head = model.lm_head
+        self._step = self._step_eager
+        if compile:
+            self._step = _compiled_step(model)
+            self._step.runner = self
+
+    # ------------------------------------------------------------------------------------------ forwards
+    def mask(self, q0: int, q1: int) -> torch.Tensor:
+        m = self._mask_cache.get((q0, q1))
+        if m is None:
+            m = self._mask_cache[(q0, q1)] = self.allow[:, :, q0:q1, :].contiguous()
+        return m
+
+    def _step_eager(self, ids, mask, pos, keep: int):
+        if self.vl:
+            hidden = self._text_model(
+                inputs_embeds=self._embed(ids), attention_mask=mask, position_ids=pos, cache=self.cache, use_cache=True
+            ).last_hidden_state
+        else:
+            hidden = self._text_model(
+                input_ids=ids, attention_mask={"full_attention": mask}, position_ids=pos, cache=self.cache, use_cache=True
+            ).last_hidden_state
+        return self._lm_head(hidden[:, hidden.shape[1] - keep:])
+
+    def forward(self, ids: torch.LongTensor, q0: int, keep: int) -> torch.Tensor:
+        """Run queries `ids` [N, Q] at slots [q0, q0+Q): their K/V are written there; logits of the last `keep`."""
+        q1 = q0 + ids.shape[1]
+        self.cache.write_index = self.slots[q0:q1]
+        return self._step(ids, self.mask(q0, q1), self.pos[..., q0:q1], keep)
+
+    def prefill(self, extra: torch.LongTensor | None, keep: int) -> torch.Tensor:
+        """The prompt forward (pixels only here), optionally with `extra` query tokens appended at slot P (the
+        first denoising step of block 0 when commits are fused). Returns logits of the last `keep` queries."""
+        ids = self.batch.ids if extra is None else torch.cat([self.batch.ids, extra], dim=1)
+        q1 = ids.shape[1]
+        self.cache.write_index = self.slots[:q1]
+        mask, pos = self.mask(0, q1), self.pos[..., :q1]
+        if not self.vl:
+            return self._step_eager(ids, mask, pos, keep)
+        b = self.batch
+        self.model.model.rope_deltas = None
+        hidden = self.model.model(
+            input_ids=ids, attention_mask=mask, position_ids=pos, cache=self.cache, use_cache=True,
+            pixel_values=b.pixel_values, image_grid_thw=b.image_grid_thw,
+            mm_token_type_ids=None if b.mm_token_type_ids is None else
+            torch.cat([b.mm_token_type_ids, torch.zeros_like(ids[:, b.ids.shape[1]:])], dim=1),
+        ).last_hidden_state
+        return self._lm_head(hidden[:, hidden.shape[1] - keep:])
+
+
+def _compiled_step(model):
+    """One compiled step function per model (cached on the model), shared by the AR and block decoders."""
+    fn = getattr(model, "_wamdiff_compiled_step", None)
+    if fn is None:
+        vl = _is_vl(model)
+
+        def step(runner_ids, mask, pos, keep, text_model, embed, lm_head, cache):
+            if vl:
+                h = text_model(inputs_embeds=embed(runner_ids), attention_mask=mask, position_ids=pos, cache=cache,
+                               use_cache=True).last_hidden_state
+            else:
+                h = text_model(input_ids=runner_ids, attention_mask={"full_attention": mask}, position_ids=pos,
+                               cache=cache, use_cache=True).last_hidden_state
+            return lm_head(h[:, h.shape[1] - keep:])
+
+        compiled = torch.compile(step, dynamic=False)
+        fn = model._wamdiff_compiled_step = compiled
+    return _BoundCompiled(fn)
+
+
+class _BoundCompiled:
+    """Late-binds the runner's modules/cache into the shared compiled function."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.runner = None
+
+    def __call__(self, ids, mask, pos, keep):
+        r = self.runner
+        return self.fn(ids, mask, pos, keep, r._text_model, r._embed, r._lm_head, r.cache)

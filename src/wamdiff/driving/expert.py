@@ -1,0 +1,256 @@
+"""The expert driver (IDM + route-instructed lane changes) and the nuPlan comfort check used to drop runs.
+
+`ExpertVehicle` is highway-env's `IDMVehicle` with comfort-clamped parameters:
+- longitudinal: IDM toward `target_speed`, capped by a curve-speed limit read from the planned route (lateral
+  acceleration <= 2.5 m/s^2 and yaw rate <= 0.6 rad/s at every route point within the braking distance), the
+  result clipped to [-4, 2] m/s^2 and rate-limited (jerk 3 m/s^3 up, 8 m/s^3 down: braking may ramp fast);
+- lateral: highway-env's lane-following controller, with the steering rate limited; lane changes happen ONLY
+  where the route asks for one (discretionary MOBIL changes are off so the ego stays on its route), and only
+  when MOBIL's safety criterion holds (nobody, ego included, must brake harder than 2 m/s^2).
+The ego can also be driven from outside (closed loop): see `World` in `world.py`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from highway_env import utils
+from highway_env.vehicle.behavior import IDMVehicle
+from highway_env.vehicle.kinematics import Vehicle
+
+# nuPlan / NAVSIM comfort bounds (DESIGN 2.5 C): strict inequalities over the 41 states of 0..4 s.
+COMFORT_BOUNDS = {
+    "lon_acc_max": 2.40,
+    "lon_acc_min": -4.05,
+    "lat_acc": 4.89,
+    "jerk": 8.37,
+    "lon_jerk": 4.13,
+    "yaw_acc": 1.93,
+    "yaw_rate": 0.95,
+}
+
+
+def _clip(x: float, lo: float, hi: float) -> float:
+    return lo if x < lo else hi if x > hi else x
+
+
+class FastIDMMixin:
+    """highway-env's IDM and lane-keeping maths with Python scalars instead of 0-d numpy calls (np.clip on a float
+    costs ~10 us): same formulas as `IDMVehicle.acceleration` / `ControlledVehicle.steering_control`, ~3x faster."""
+
+    def acceleration(self, ego_vehicle=None, front_vehicle=None, rear_vehicle=None) -> float:
+        if not ego_vehicle or not isinstance(ego_vehicle, Vehicle):
+            return 0.0
+        target = getattr(ego_vehicle, "target_speed", 0.0)
+        lane = ego_vehicle.lane
+        if lane is not None and lane.speed_limit is not None:
+            target = _clip(target, 0.0, lane.speed_limit)
+        target = utils.not_zero(target)
+        acc = self.COMFORT_ACC_MAX * (1.0 - (max(ego_vehicle.speed, 0.0) / abs(target)) ** self.DELTA)
+        if front_vehicle:
+            d = ego_vehicle.lane_distance_to(front_vehicle)
+            acc -= self.COMFORT_ACC_MAX * (self.desired_gap(ego_vehicle, front_vehicle) / utils.not_zero(d)) ** 2
+        return float(acc)
+
+    def desired_gap(self, ego_vehicle, front_vehicle=None, projected: bool = True) -> float:
+        ab = -self.COMFORT_ACC_MAX * self.COMFORT_ACC_MIN
+        h = ego_vehicle.heading
+        c, s = math.cos(h), math.sin(h)
+        ev, fv = ego_vehicle.speed, front_vehicle.speed
+        fh = front_vehicle.heading
+        dv = (ev * c - fv * math.cos(fh)) * c + (ev * s - fv * math.sin(fh)) * s if projected else ev - fv
+        return self.DISTANCE_WANTED + ev * self.TIME_WANTED + ev * dv / (2 * math.sqrt(ab))
+
+    def steering_control(self, target_lane_index) -> float:
+        lane = self.road.network.get_lane(target_lane_index)
+        s_lane, r_lane = lane.local_coordinates(self.position)
+        future_heading = lane.heading_at(s_lane + self.speed * self.TAU_PURSUIT)
+        speed = utils.not_zero(self.speed)
+        heading_cmd = math.asin(_clip(-self.KP_LATERAL * r_lane / speed, -1.0, 1.0))
+        heading_ref = future_heading + _clip(heading_cmd, -math.pi / 4, math.pi / 4)
+        rate = self.KP_HEADING * (((heading_ref - self.heading) + math.pi) % (2 * math.pi) - math.pi)
+        slip = math.asin(_clip(self.LENGTH / 2 / speed * rate, -1.0, 1.0))
+        return _clip(math.atan(2 * math.tan(slip)), -self.MAX_STEERING_ANGLE, self.MAX_STEERING_ANGLE)
+
+    def act(self, action=None):
+        if self.crashed:
+            return
+        self.follow_road()
+        if self.enable_lane_change:
+            self.change_lane_policy()
+        steer = self.steering_control(self.target_lane_index)
+        front, rear = self.road.neighbour_vehicles(self, self.lane_index)
+        acc = self.acceleration(self, front, rear)
+        if self.lane_index != self.target_lane_index:
+            front, rear = self.road.neighbour_vehicles(self, self.target_lane_index)
+            acc = min(acc, self.acceleration(self, front, rear))
+        Vehicle.act(self, {"steering": steer, "acceleration": _clip(acc, -self.ACC_MAX, self.ACC_MAX)})
+
+
+class TrafficVehicle(FastIDMMixin, IDMVehicle):
+    """Background traffic. Own class so highway-env's class-attribute tweaks (intersection) never leak."""
+
+    COMFORT_ACC_MAX = 3.0
+    COMFORT_ACC_MIN = -5.0
+    DISTANCE_WANTED = 10.0
+    TIME_WANTED = 1.5
+
+
+class IntersectionTrafficVehicle(FastIDMMixin, IDMVehicle):
+    COMFORT_ACC_MAX = 3.0
+    COMFORT_ACC_MIN = -3.0
+    DISTANCE_WANTED = 7.0
+
+
+class ExpertVehicle(FastIDMMixin, IDMVehicle):
+    ACC_MAX = 2.0
+    ACC_MIN = -4.0
+    COMFORT_ACC_MAX = 1.5
+    COMFORT_ACC_MIN = -3.0
+    DISTANCE_WANTED = 8.0
+    TIME_WANTED = 1.5
+    DELTA = 4.0
+    JERK_UP = 3.0
+    JERK_DOWN = 8.0
+    MAX_LAT_ACC = 2.5
+    MAX_YAW_RATE = 0.6
+    CURVE_BRAKE = 1.5  # m/s^2 planned deceleration toward a curve
+    STEER_RATE = 0.6  # rad/s
+    LANE_CHANGE_MAX_BRAKING_IMPOSED = 2.0
+
+    def __init__(self, road, position, heading=0.0, speed=0.0, **kwargs):
+        super().__init__(road, position, heading, speed, **kwargs)
+        self.enable_lane_change = False  # discretionary MOBIL off: only route-instructed changes
+        self.route_profile = None  # (s, xy_hw, speed_cap) along the route, set by the World
+        self.lane_changes: list[tuple[tuple, int, float]] = []  # (road (from,to), target id, lane s where allowed)
+        self.external = False  # True: the World sets this vehicle's motion from outside (closed loop)
+        self.hold_state = False  # True: do not integrate in step() (pose written externally each tick)
+        self.prev_accel = 0.0
+        self.prev_steer = 0.0
+
+    # -- decisions ---------------------------------------------------------------------------------
+    def act(self, action=None):
+        if self.external:
+            if isinstance(action, dict):
+                Vehicle.act(self, action)
+            return
+        if self.crashed:
+            return
+        self.follow_road()
+        self._route_lane_change()
+        steer = float(np.clip(self.steering_control(self.target_lane_index), -self.MAX_STEERING_ANGLE, self.MAX_STEERING_ANGLE))
+        dt = 0.1
+        steer = float(np.clip(steer, self.prev_steer - self.STEER_RATE * dt, self.prev_steer + self.STEER_RATE * dt))
+        front, rear = self.road.neighbour_vehicles(self, self.lane_index)
+        acc = self.acceleration(self, front, rear)
+        if self.lane_index != self.target_lane_index:
+            front, rear = self.road.neighbour_vehicles(self, self.target_lane_index)
+            acc = min(acc, self.acceleration(self, front, rear))
+        acc = float(np.clip(acc, self.ACC_MIN, self.ACC_MAX))
+        acc = float(np.clip(acc, self.prev_accel - self.JERK_DOWN * dt, self.prev_accel + self.JERK_UP * dt))
+        if self.speed <= 0.0 and acc < 0:
+            acc = 0.0  # never reverse
+        self.prev_accel, self.prev_steer = acc, steer
+        Vehicle.act(self, {"steering": steer, "acceleration": acc})
+
+    def step(self, dt: float):
+        if self.hold_state:
+            self.on_state_update()
+            return
+        super().step(dt)
+        if not self.external and self.speed < 0:
+            self.speed = 0.0
+
+    def acceleration(self, ego_vehicle=None, front_vehicle=None, rear_vehicle=None) -> float:
+        if ego_vehicle is self and self.route_profile is not None:
+            saved = self.target_speed
+            self.target_speed = min(saved, self.curve_speed_cap())
+            try:
+                return super().acceleration(ego_vehicle, front_vehicle, rear_vehicle)
+            finally:
+                self.target_speed = saved
+        return super().acceleration(ego_vehicle, front_vehicle, rear_vehicle)
+
+    def curve_speed_cap(self) -> float:
+        """Highest speed from which the ego can still slow down comfortably for every curve ahead on its route."""
+        s, xy, cap = self.route_profile
+        i = int(np.argmin(np.sum((xy - self.position) ** 2, axis=1)))
+        ahead = slice(i, min(len(s), i + 120))
+        d = np.maximum(s[ahead] - s[i], 0.0)
+        return float(np.min(np.sqrt(cap[ahead] ** 2 + 2 * self.CURVE_BRAKE * d)))
+
+    def _route_lane_change(self) -> None:
+        """Start the lane change the route asks for, once past its start point and when MOBIL says it is safe."""
+        if self.lane_index != self.target_lane_index or not self.lane_changes:
+            return
+        road_id, target_id, s_from = self.lane_changes[0]
+        if self.lane_index[:2] != road_id:
+            return
+        if self.lane_index[2] == target_id:
+            self.lane_changes.pop(0)
+            return
+        if self.lane.local_coordinates(self.position)[0] < s_from or abs(self.speed) < 1:
+            return
+        step = 1 if target_id > self.lane_index[2] else -1
+        candidate = (road_id[0], road_id[1], self.lane_index[2] + step)
+        if self._safe_lane_change(candidate):
+            self.target_lane_index = candidate
+
+    def _safe_lane_change(self, lane_index) -> bool:
+        new_preceding, new_following = self.road.neighbour_vehicles(self, lane_index)
+        if new_following is not None and isinstance(new_following, IDMVehicle):
+            if new_following.acceleration(new_following, self) < -self.LANE_CHANGE_MAX_BRAKING_IMPOSED:
+                return False
+        if new_preceding is not None:
+            if super().acceleration(self, new_preceding) < -self.LANE_CHANGE_MAX_BRAKING_IMPOSED:
+                return False
+            if self.lane_distance_to(new_preceding) < self.LENGTH + 2.0:
+                return False
+        return True
+
+
+def speed_cap_from_curvature(kappa: np.ndarray, lane_speed_limit: np.ndarray) -> np.ndarray:
+    k = np.maximum(np.abs(kappa), 1e-6)
+    cap = np.minimum(np.sqrt(ExpertVehicle.MAX_LAT_ACC / k), ExpertVehicle.MAX_YAW_RATE / k)
+    return np.minimum(cap, lane_speed_limit)
+
+
+# -- comfort ---------------------------------------------------------------------------------------------------
+def comfort_violations(poses: np.ndarray, speeds: np.ndarray, dt: float = 0.1) -> dict[str, float]:
+    """Which nuPlan comfort bounds a driven trajectory breaks; {} when it is comfortable.
+
+    `poses` (N, 3) world x, y, heading and `speeds` (N,) at `dt` spacing (use the 41 states of 0..4 s).
+    Follows NAVSIM's `pdm_comfort_metrics`: the states' accelerations (longitudinal = d speed / dt, lateral =
+    speed x yaw rate) smoothed by Savitzky-Golay (poly 2, window N); jerk = derivative (window N) of the
+    acceleration smoothed with window 8 (magnitude for `jerk`, longitudinal for `lon_jerk`); yaw rate and yaw
+    acceleration from the unwrapped heading with window 5 (poly 2 / poly 3). Returns the worst value of each
+    broken metric.
+    """
+    from scipy.signal import savgol_filter
+
+    n = len(poses)
+    odd = lambda w: max(3, min(w, n) - (1 - min(w, n) % 2))  # noqa: E731  savgol wants an odd window <= n
+    heading = np.unwrap(poses[:, 2])
+    yaw_rate_raw = np.gradient(heading, dt)
+    acc_x = np.gradient(speeds, dt)
+    acc_y = speeds * yaw_rate_raw
+    lon_acc = savgol_filter(acc_x, odd(n), 2)
+    lat_acc = savgol_filter(acc_y, odd(n), 2)
+    jerk = savgol_filter(savgol_filter(np.hypot(acc_x, acc_y), odd(8), 2), odd(n), 2, deriv=1, delta=dt)
+    lon_jerk = savgol_filter(savgol_filter(acc_x, odd(8), 2), odd(n), 2, deriv=1, delta=dt)
+    yaw_rate = savgol_filter(heading, odd(5), 2, deriv=1, delta=dt)
+    yaw_acc = savgol_filter(heading, odd(5), 3, deriv=2, delta=dt)
+    checks = {
+        "lon_acc_max": (lon_acc.max(), lon_acc.max() < COMFORT_BOUNDS["lon_acc_max"]),
+        "lon_acc_min": (lon_acc.min(), lon_acc.min() > COMFORT_BOUNDS["lon_acc_min"]),
+        "lat_acc": (np.abs(lat_acc).max(), np.abs(lat_acc).max() < COMFORT_BOUNDS["lat_acc"]),
+        "jerk": (np.abs(jerk).max(), np.abs(jerk).max() < COMFORT_BOUNDS["jerk"]),
+        "lon_jerk": (np.abs(lon_jerk).max(), np.abs(lon_jerk).max() < COMFORT_BOUNDS["lon_jerk"]),
+        "yaw_acc": (np.abs(yaw_acc).max(), np.abs(yaw_acc).max() < COMFORT_BOUNDS["yaw_acc"]),
+        "yaw_rate": (np.abs(yaw_rate).max(), np.abs(yaw_rate).max() < COMFORT_BOUNDS["yaw_rate"]),
+    }
+    return {name: float(v) for name, (v, ok) in checks.items() if not ok}
+
+
+__all__ = ["ExpertVehicle", "TrafficVehicle", "IntersectionTrafficVehicle", "comfort_violations", "COMFORT_BOUNDS"]

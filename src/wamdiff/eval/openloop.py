@@ -1,0 +1,90 @@
+"""Open-loop metrics: displacement errors against the logged expert, parse failures, plan-box collisions.
+
+- L2 at each 0.5 s waypoint (`l2_0.5s` .. `l2_4.0s`) and at 1/2/3/4 s; also the ST-P3/UniAD-style running
+  average up to 1/2/3/4 s (`l2avg_Ns`); ADE = mean over the 8 waypoints, FDE = the 4 s error.
+- parse-failure rate = share of plans the planner could not produce (scored with the fallback; both counts
+  are reported); metrics are given with the fallback (`*`) and over parsed plans only (`parsed_*`).
+- collision rate = share of plans whose ego box (scene ego size, rear-axle origin, heading from the
+  waypoints) overlaps a logged agent box at the same instant (0.5 .. 4.0 s).
+- relative change vs a reference planner's aggregate: (value - ref) / |ref| per metric.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .pdms.geometry import convex_intersect
+from .pdms.tracker import headings_from_xy
+from .pdms.vehicle import box_corners, scene_vehicle
+
+OPENLOOP_VERSION = "wamdiff-openloop/0.1"
+STEP_TIMES = tuple(round(0.5 * (i + 1), 1) for i in range(8))
+
+
+def plan_collides(scene, xy: np.ndarray, heading: np.ndarray | None = None) -> bool:
+    boxes = np.asarray(scene.agent_boxes, float)
+    if len(boxes) == 0:
+        return False
+    veh = scene_vehicle(scene)
+    h = headings_from_xy(xy) if heading is None else heading
+    ego = box_corners(xy[:, 0], xy[:, 1], h, veh.half_length, veh.half_width, veh.rear_axle_to_center)  # (8, 4, 2)
+    idx = np.arange(5, 45, 5)[: len(xy)]  # agents at 0.5 .. 4.0 s (10 Hz)
+    ab = boxes[:, idx]
+    ag = box_corners(ab[..., 0], ab[..., 1], ab[..., 2], ab[..., 3] / 2, ab[..., 4] / 2)  # (A, 8, 4, 2)
+    hit = convex_intersect(ego[None], ag) & np.asarray(scene.agent_valid, bool)[:, idx]
+    return bool(hit.any())
+
+
+def openloop_row(scene, plan, planner_name: str = "") -> dict:
+    row = {"scene_id": scene.scene_id, "family": scene.family, "split": scene.split, "planner": planner_name,
+           "parse_ok": bool(plan.parse_ok), "fallback": plan.fallback, "plan_reason": plan.reason,
+           "forwards": plan.forwards, "new_tokens": plan.new_tokens, "version": OPENLOOP_VERSION, "valid": True, "reason": ""}
+    fut = np.asarray(scene.future, float)
+    if fut.shape != (8, 3) or not np.any(fut):
+        row.update(valid=False, reason="scene has no logged future")
+        return row
+    xy = np.asarray(plan.xy, float)
+    err = np.linalg.norm(xy - fut[:, :2], axis=1)
+    for t, e in zip(STEP_TIMES, err):
+        row[f"l2_{t}s"] = float(e)
+    for sec in (1, 2, 3, 4):
+        row[f"l2avg_{sec}s"] = float(err[: 2 * sec].mean())
+    row["ade"], row["fde"] = float(err.mean()), float(err[-1])
+    row["collision"] = float(plan_collides(scene, xy, plan.heading))
+    return row
+
+
+KEYS = [f"l2_{t}s" for t in STEP_TIMES] + [f"l2avg_{s}s" for s in (1, 2, 3, 4)] + ["ade", "fde", "collision"]
+
+
+def aggregate_openloop(rows: list[dict], reference: dict | None = None) -> dict:
+    def summary(rs):
+        valid = [r for r in rs if r["valid"]]
+        parsed = [r for r in valid if r["parse_ok"]]
+        out = {"n": len(rs), "n_valid": len(valid), "n_invalid": len(rs) - len(valid),
+               "n_parse_fail": sum(not r["parse_ok"] for r in rs), "n_fallback": sum(bool(r["fallback"]) for r in rs)}
+        out["parse_failure_rate"] = out["n_parse_fail"] / max(1, len(rs))
+        out["collision_rate"] = float(np.mean([r["collision"] for r in valid])) if valid else None
+        for k in KEYS:
+            out[k] = float(np.mean([r[k] for r in valid])) if valid else None
+            out[f"parsed_{k}"] = float(np.mean([r[k] for r in parsed])) if parsed else None
+        mean_fw = [r["forwards"] for r in rs if r["forwards"]]
+        out["mean_forwards"] = float(np.mean(mean_fw)) if mean_fw else None
+        return out
+
+    families = sorted({r["family"] for r in rows})
+    result = {"version": OPENLOOP_VERSION, "overall": summary(rows),
+              "per_family": {f: summary([r for r in rows if r["family"] == f]) for f in families}}
+    if reference is not None:
+        result["relative_to_reference"] = relative_change(result["overall"], reference.get("overall", reference))
+    return result
+
+
+def relative_change(values: dict, reference: dict) -> dict:
+    """(value - ref) / |ref| for every numeric metric both carry (negative = lower than the reference)."""
+    out = {}
+    for k, v in values.items():
+        r = reference.get(k)
+        if isinstance(v, (int, float)) and isinstance(r, (int, float)) and not isinstance(v, bool) and r != 0 and not k.startswith("n_") and k != "n":
+            out[k] = (v - r) / abs(r)
+    return out

@@ -1,0 +1,136 @@
+"""A PDM-Closed-style reference planner: the bar that Ego Progress is normalised by.
+
+As NAVSIM's metric cache (`metric_cache_processor.py`, `pdm_planner/`): IDM (target = speed-limit
+fraction 0.2..1.0, fallback 15 m/s, min gap 1 m, headway 1.5 s, a_max 1.5, b_max 3.0) unrolled at 10 Hz along
+the route centreline shifted laterally by -1, 0, +1 m = 15 proposals; each proposal is tracked by the same
+LQR + bicycle and scored with the same scorer against constant-velocity forecasts of the agents seen at
+t=0; the best by its own PDMS wins. Simplifications (documented, not NAVSIM's): the leading object is the
+nearest forecast box whose footprint overlaps the ego-width corridor of the path, gap measured along the
+path; no emergency brake; the path is the scene's route centreline, extended straight at both ends.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import shapely
+
+from .scene_data import AgentTracks, SceneMapIndex
+from .scorer import combine, score_states
+from .tracker import DT, NUM_STATES, simulate
+from .vehicle import VehicleParams
+
+
+@dataclass(frozen=True)
+class IDMParams:
+    speed_fractions: tuple[float, ...] = (0.2, 0.4, 0.6, 0.8, 1.0)
+    lateral_offsets: tuple[float, ...] = (-1.0, 0.0, 1.0)
+    fallback_target_velocity: float = 15.0
+    min_gap: float = 1.0
+    headway: float = 1.5
+    accel_max: float = 1.5
+    decel_max: float = 3.0
+    delta: float = 4.0
+    extension_m: float = 200.0
+
+
+@dataclass
+class ReferencePlan:
+    poses: np.ndarray  # (41, 3) reference poses at 0..4 s (initial ego pose first)
+    best: int  # index of the chosen proposal (speed-fraction major, offset minor)
+    proposal_pdms: np.ndarray  # (15,) internal scores
+
+
+def _path(centerline: np.ndarray, offset: float, ext: float) -> np.ndarray:
+    """Route polyline extended straight at both ends and shifted `offset` m to the left."""
+    c = np.asarray(centerline, float)
+    keep = np.concatenate([[True], np.linalg.norm(np.diff(c, axis=0), axis=1) > 1e-6])
+    c = c[keep]
+    if len(c) < 2:
+        c = np.array([[0.0, 0.0], [1.0, 0.0]])
+    d0 = (c[1] - c[0]) / np.linalg.norm(c[1] - c[0])
+    d1 = (c[-1] - c[-2]) / np.linalg.norm(c[-1] - c[-2])
+    c = np.concatenate([[c[0] - d0 * ext], c, [c[-1] + d1 * ext]])
+    seg = np.diff(c, axis=0)
+    seg /= np.linalg.norm(seg, axis=1, keepdims=True)
+    tang = np.concatenate([[seg[0]], seg[:-1] + seg[1:], [seg[-1]]])
+    tang /= np.maximum(np.linalg.norm(tang, axis=1, keepdims=True), 1e-9)
+    normal = np.stack([-tang[:, 1], tang[:, 0]], 1)
+    return c + offset * normal
+
+
+def _heading_at(line: shapely.LineString, s: np.ndarray, eps: float = 0.5) -> np.ndarray:
+    a = shapely.get_coordinates(shapely.line_interpolate_point(line, np.maximum(s - eps, 0.0)))
+    b = shapely.get_coordinates(shapely.line_interpolate_point(line, s + eps))
+    return np.arctan2(b[:, 1] - a[:, 1], b[:, 0] - a[:, 0])
+
+
+def idm_proposals(scene, geo: SceneMapIndex, forecast: AgentTracks, vehicle: VehicleParams, p: IDMParams = IDMParams(),
+                  initial_speed: float | None = None) -> np.ndarray:
+    """(len(fractions) * len(offsets), 41, 3) IDM proposals along the shifted route centreline."""
+    v_limit = geo.speed_limit if geo.speed_limit and geo.speed_limit > 0 else p.fallback_target_velocity
+    v0 = scene.ego_speed if initial_speed is None else initial_speed
+    steps = NUM_STATES
+    proposals = []
+    for offset in p.lateral_offsets:
+        line = shapely.LineString(_path(geo.centerline_xy if len(geo.centerline_xy) >= 2 else np.zeros((0, 2)), offset, p.extension_m))
+        s_ego0 = float(shapely.line_locate_point(line, shapely.Point(0.0, 0.0)))
+        # forecast agents in path coordinates: progress and signed lateral offset of every corner
+        if forecast.num:
+            corners = forecast.corners[:, :steps]  # (A, T, 4, 2)
+            flat = corners.reshape(-1, 2)
+            s = shapely.line_locate_point(line, shapely.points(flat))
+            foot = shapely.get_coordinates(shapely.line_interpolate_point(line, s))
+            h = _heading_at(line, s)
+            lat = -np.sin(h) * (flat[:, 0] - foot[:, 0]) + np.cos(h) * (flat[:, 1] - foot[:, 1])
+            s = s.reshape(corners.shape[:3])
+            lat = lat.reshape(corners.shape[:3])
+            in_corridor = (lat.max(-1) > -vehicle.half_width) & (lat.min(-1) < vehicle.half_width)  # (A, T)
+            # a corner projecting onto the path end is beyond the route: only trust the corridor inside it
+            s_min = s.min(-1)
+            s_center = s.mean(-1)
+            hc = _heading_at(line, s_center.reshape(-1)).reshape(s_center.shape)
+            vel = forecast.centers[:, 1:steps] - forecast.centers[:, : steps - 1]
+            vel = np.concatenate([vel, vel[:, -1:]], 1) / DT if steps > 1 else np.zeros_like(forecast.centers[:, :steps])
+            v_along = vel[..., 0] * np.cos(hc) + vel[..., 1] * np.sin(hc)
+        n_f = len(p.speed_fractions)
+        target = np.array(p.speed_fractions) * v_limit
+        s_e = np.full(n_f, s_ego0)
+        v = np.full(n_f, max(v0, 0.0))
+        prog = np.zeros((n_f, steps))
+        prog[:, 0] = s_e
+        for k in range(1, steps):
+            gap = np.full(n_f, 1e6)
+            v_lead = np.zeros(n_f)
+            if forecast.num:
+                ahead = in_corridor[:, k][None] & (s_center[:, k][None] > s_e[:, None])  # (F, A)
+                g = s_min[:, k][None] - (s_e[:, None] + vehicle.front_length)
+                g = np.where(ahead, np.maximum(g, 0.0), 1e6)
+                j = np.argmin(g, axis=1)
+                gap = g[np.arange(n_f), j]
+                v_lead = np.where(gap < 1e6, v_along[j, k], 0.0)
+            s_star = p.min_gap + v * p.headway + v * (v - v_lead) / (2 * np.sqrt(p.accel_max * p.decel_max))
+            acc = p.accel_max * (1 - (v / np.maximum(target, 1e-3)) ** p.delta - (np.maximum(s_star, 0) / np.maximum(gap, 1e-2)) ** 2)
+            acc = np.clip(acc, -p.decel_max, p.accel_max)
+            v_new = np.maximum(v + acc * DT, 0.0)
+            s_e = s_e + 0.5 * (v + v_new) * DT
+            v = v_new
+            prog[:, k] = s_e
+        pts = shapely.get_coordinates(shapely.line_interpolate_point(line, prog.reshape(-1))).reshape(n_f, steps, 2)
+        hd = _heading_at(line, prog.reshape(-1)).reshape(n_f, steps)
+        poses = np.concatenate([pts, hd[..., None]], -1)
+        poses[:, 0] = 0.0  # the initial ego pose, as NAVSIM prepends the current state
+        proposals.append(poses)
+    # order: speed-fraction major, offset minor
+    return np.stack(proposals, 1).reshape(-1, steps, 3)
+
+
+def plan_reference(scene, geo: SceneMapIndex, vehicle: VehicleParams, initial_state: np.ndarray,
+                   p: IDMParams = IDMParams()) -> ReferencePlan:
+    forecast = AgentTracks.constant_velocity_forecast(scene)
+    proposals = idm_proposals(scene, geo, forecast, vehicle, p)
+    states = simulate(proposals, np.repeat(initial_state[None], len(proposals), 0), vehicle)
+    scores = combine(score_states(states, forecast, geo, vehicle))["pdms"]
+    best = int(np.argmax(scores))
+    return ReferencePlan(proposals[best], best, scores)

@@ -1,0 +1,178 @@
+"""Build Qwen3-VL / Qwen3 backbones from size presets, and save / load them with tokenizer + image processor.
+
+All presets share one vision geometry: patch 8, temporal patch 2, spatial merge 2, so a 64x64 RGB image is an
+8x8 patch grid merged to 16 image tokens. Models are the HF classes as they are (never forked).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import (
+    AutoConfig, AutoTokenizer, PreTrainedModel, Qwen2VLImageProcessorPil, Qwen3Config, Qwen3ForCausalLM,
+    Qwen3VLConfig, Qwen3VLForConditionalGeneration,
+)
+
+from wamdiff.diffusion.attention import install_attention
+from wamdiff.models import tokens as T
+from wamdiff.models.tokenizer import add_special_tokens, token_id
+
+PATCH, TEMPORAL_PATCH, MERGE, IMAGE_SIDE = 8, 2, 2, 64
+
+
+@dataclass(frozen=True)
+class Preset:
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    vision_depth: int
+    vision_hidden: int
+    vision_heads: int
+    max_positions: int = 2048
+
+
+PRESETS: dict[str, Preset] = {
+    "tiny": Preset(2, 64, 4, 2, 16, 128, 1, 32, 2, max_positions=512),
+    "student": Preset(4, 256, 4, 2, 64, 512, 2, 128, 2),
+    "teacher": Preset(8, 384, 6, 2, 64, 1024, 2, 128, 2),
+}
+
+
+def _preset(name: str) -> Preset:
+    if name not in PRESETS:
+        raise ValueError(f"unknown model preset {name!r}; choose one of {sorted(PRESETS)}")
+    return PRESETS[name]
+
+
+def _mrope_section(head_dim: int) -> list[int]:
+    """Split head_dim/2 rotary frequencies over (t, h, w) like Qwen3-VL's [24, 20, 20] for 128."""
+    half = head_dim // 2
+    h = w = (half * 5 // 16)
+    return [half - h - w, h, w]
+
+
+def build_config(preset: str, tokenizer, *, vision: bool = True):
+    p = _preset(preset)
+    ids = {t: token_id(tokenizer, t) for t in (T.PAD, T.IM_END, T.MASK)}
+    text = dict(
+        vocab_size=len(tokenizer), hidden_size=p.hidden, intermediate_size=p.intermediate,
+        num_hidden_layers=p.layers, num_attention_heads=p.heads, num_key_value_heads=p.kv_heads, head_dim=p.head_dim,
+        max_position_embeddings=p.max_positions, pad_token_id=ids[T.PAD], eos_token_id=ids[T.IM_END],
+    )
+    if not vision:
+        cfg = Qwen3Config(**text, tie_word_embeddings=True)
+    else:
+        text["rope_parameters"] = {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": _mrope_section(p.head_dim)}
+        vis = dict(
+            depth=p.vision_depth, hidden_size=p.vision_hidden, intermediate_size=4 * p.vision_hidden,
+            num_heads=p.vision_heads, patch_size=PATCH, temporal_patch_size=TEMPORAL_PATCH, spatial_merge_size=MERGE,
+            out_hidden_size=p.hidden, num_position_embeddings=(IMAGE_SIDE // PATCH) ** 2,
+            deepstack_visual_indexes=list(range(min(p.vision_depth, 1))),
+        )
+        cfg = Qwen3VLConfig(
+            text_config=text, vision_config=vis, tie_word_embeddings=True,
+            image_token_id=token_id(tokenizer, T.IMAGE_PAD), video_token_id=token_id(tokenizer, T.VIDEO_PAD),
+            vision_start_token_id=token_id(tokenizer, T.VISION_START), vision_end_token_id=token_id(tokenizer, T.VISION_END),
+        )
+    cfg.mask_token_id = ids[T.MASK]
+    cfg.preset = preset
+    return cfg
+
+
+def build_model(preset: str, tokenizer, *, vision: bool = True, seed: int | None = None) -> PreTrainedModel:
+    """A randomly initialised `Qwen3VLForConditionalGeneration` (vision) or `Qwen3ForCausalLM` from a preset."""
+    cfg = build_config(preset, tokenizer, vision=vision)
+    if seed is not None:
+        torch.manual_seed(seed)
+    model = (Qwen3VLForConditionalGeneration if vision else Qwen3ForCausalLM)(cfg)
+    return install_attention(model.eval())
+
+
+def build_image_processor(image_side: int = IMAGE_SIDE) -> Qwen2VLImageProcessorPil:
+    """Pillow-only Qwen image processor with our geometry; min = max pixels pins every image to side x side
+    (a 64x64 render stays 64x64 -> 16 image tokens)."""
+    return Qwen2VLImageProcessorPil(
+        patch_size=PATCH, temporal_patch_size=TEMPORAL_PATCH, merge_size=MERGE,
+        min_pixels=image_side * image_side, max_pixels=image_side * image_side,
+    )
+
+
+def is_vision_model(model) -> bool:
+    return hasattr(model.config, "vision_config")
+
+
+def count_parameters(model) -> dict[str, int]:
+    total = sum(p.numel() for p in model.parameters())
+    vision = sum(p.numel() for n, p in model.named_parameters() if ".visual." in f".{n}")
+    return {"total": total, "vision": vision, "text": total - vision}
+
+
+def save_model(model, tokenizer, path, image_processor=None) -> Path:
+    """save_pretrained (safetensors) of model + tokenizer (+ image processor for vision models)."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    if is_vision_model(model):
+        (image_processor or build_image_processor()).save_pretrained(path)
+    return path
+
+
+def _model_class(config):
+    kinds = {"qwen3_vl": Qwen3VLForConditionalGeneration, "qwen3": Qwen3ForCausalLM}
+    if config.model_type not in kinds:
+        raise ValueError(f"unsupported model_type {config.model_type!r}; expected one of {sorted(kinds)}")
+    return kinds[config.model_type]
+
+
+def load_model(path, *, dtype=torch.float32):
+    """Load a saved wamdiff model or a local HF Qwen3-VL / Qwen3 checkpoint directory -> (model, tokenizer).
+
+    Special tokens a foreign checkpoint lacks are added to its tokenizer and the embeddings resized.
+    """
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        raise ValueError(f"{path}: not a model directory (no config.json)")
+    config = AutoConfig.from_pretrained(path)
+    model = _model_class(config).from_pretrained(path, dtype=dtype)
+    tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left", clean_up_tokenization_spaces=False)
+    add_special_tokens(tokenizer)
+    vocab = model.get_input_embeddings().weight.shape[0]
+    if len(tokenizer) > vocab:
+        model.resize_token_embeddings(len(tokenizer))
+    cfg = model.config
+    cfg.mask_token_id = token_id(tokenizer, T.MASK)
+    if is_vision_model(model):  # keep the model's special ids in step with the (possibly extended) tokenizer
+        cfg.image_token_id, cfg.video_token_id = token_id(tokenizer, T.IMAGE_PAD), token_id(tokenizer, T.VIDEO_PAD)
+        cfg.vision_start_token_id = token_id(tokenizer, T.VISION_START)
+        cfg.vision_end_token_id = token_id(tokenizer, T.VISION_END)
+    return install_attention(model.eval()), tokenizer
+
+
+def load_image_processor(path) -> Qwen2VLImageProcessorPil:
+    """The image processor saved next to a model (our default geometry if the directory has none)."""
+    if (Path(path) / "preprocessor_config.json").is_file():
+        return Qwen2VLImageProcessorPil.from_pretrained(path)
+    return build_image_processor()
+
+
+def model_info(path) -> dict:
+    """Summary of a saved model directory: class, preset, sizes, parameters, diffusion settings."""
+    model, tokenizer = load_model(path)
+    text = getattr(model.config, "text_config", model.config)
+    info = {
+        "class": type(model).__name__, "preset": getattr(model.config, "preset", None),
+        "layers": text.num_hidden_layers, "hidden": text.hidden_size, "vocab": text.vocab_size,
+        "tokenizer_size": len(tokenizer), "max_positions": text.max_position_embeddings,
+        "diffusion": getattr(model.config, "diffusion", None), **{f"params_{k}": v for k, v in count_parameters(model).items()},
+    }
+    if is_vision_model(model):
+        v = model.config.vision_config
+        info.update(vision_depth=v.depth, vision_hidden=v.hidden_size, patch=v.patch_size, merge=v.spatial_merge_size)
+    return json.loads(json.dumps(info, default=str))

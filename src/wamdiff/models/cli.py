@@ -1,0 +1,65 @@
+"""`wamdiff model ...`: build presets, convert AR checkpoints to block diffusion, inspect checkpoints."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+app = typer.Typer(help="Build model presets, convert AR checkpoints to block diffusion, inspect checkpoints.", no_args_is_help=True)
+console = Console()
+
+
+def _show(info: dict, title: str) -> None:
+    table = Table(title=title, show_header=False)
+    for k, v in info.items():
+        table.add_row(k, f"{v:,}" if isinstance(v, int) else str(v))
+    console.print(table)
+
+
+@app.command()
+def build(
+    preset: str = typer.Option("student", help="Size preset: tiny, student, teacher."),
+    out: Path = typer.Option(..., help="Output directory."),
+    text_only: bool = typer.Option(False, "--text-only", help="Qwen3ForCausalLM instead of Qwen3-VL."),
+    seed: int = typer.Option(0, help="Initialisation seed."),
+) -> None:
+    """Build a randomly initialised model + tokenizer (+ image processor) from a preset and save it."""
+    from wamdiff.models import build_model, build_tokenizer, model_info, save_model
+
+    try:
+        tokenizer = build_tokenizer()
+        save_model(build_model(preset, tokenizer, vision=not text_only, seed=seed), tokenizer, out)
+    except ValueError as err:
+        raise typer.BadParameter(str(err)) from err
+    _show(model_info(out), f"built {out}")
+
+
+@app.command()
+def convert(
+    src: Path = typer.Argument(..., help="AR (or diffusion) checkpoint directory."),
+    block_size: int = typer.Option(32, help="Diffusion block size B."),
+    out: Path = typer.Option(..., help="Output directory."),
+) -> None:
+    """Convert a checkpoint to block diffusion (settings in its config; weights unchanged)."""
+    from wamdiff.models import load_image_processor, load_model, model_info, save_model, to_diffusion
+
+    try:
+        model, tokenizer = load_model(src)
+        save_model(to_diffusion(model, block_size, tokenizer=tokenizer), tokenizer, out, load_image_processor(src))
+    except ValueError as err:
+        raise typer.BadParameter(str(err)) from err
+    _show(model_info(out), f"converted {src} -> {out}")
+
+
+@app.command()
+def info(path: Path = typer.Argument(..., help="Checkpoint directory.")) -> None:
+    """Parameters, sizes and diffusion settings of a checkpoint."""
+    from wamdiff.models import model_info
+
+    try:
+        _show(model_info(path), str(path))
+    except ValueError as err:
+        raise typer.BadParameter(str(err)) from err

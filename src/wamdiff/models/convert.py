@@ -1,0 +1,62 @@
+"""AR model -> block-diffusion model: the same HF object, diffusion settings recorded in its config.
+
+Nothing in the weights changes; the block size only decides the attention mask (`wamdiff.diffusion.masks`).
+At block size 1 the x0 stream's mask is the causal mask, so a freshly converted model is the AR model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from wamdiff.diffusion.attention import install_attention
+from wamdiff.diffusion.masks import check_block_size
+
+
+@dataclass(frozen=True)
+class DiffusionSettings:
+    block_size: int
+    mask_token_id: int
+
+
+def _vocab_size(model) -> int:
+    return model.get_input_embeddings().weight.shape[0]
+
+
+def _check_mask_token(model, mask_token_id) -> int:
+    if mask_token_id is None or not 0 <= int(mask_token_id) < _vocab_size(model):
+        raise ValueError(
+            f"mask token absent from the vocabulary (mask_token_id={mask_token_id}, vocab size {_vocab_size(model)}); "
+            "build the model with wamdiff's tokenizer or load it with wamdiff.models.load_model"
+        )
+    return int(mask_token_id)
+
+
+def to_diffusion(model_or_path, block_size: int, *, tokenizer=None):
+    """Return the diffusion model (same object when given a model) with block size + mask token in its config."""
+    check_block_size(block_size)
+    if isinstance(model_or_path, (str, Path)):
+        from wamdiff.models.build import load_model
+
+        model, tokenizer = load_model(model_or_path)
+    else:
+        model = model_or_path
+    mask_id = tokenizer.convert_tokens_to_ids(tokenizer.mask_token) if tokenizer is not None and tokenizer.mask_token else None
+    mask_id = _check_mask_token(model, mask_id if mask_id is not None else getattr(model.config, "mask_token_id", None))
+    model.config.mask_token_id = mask_id
+    model.config.diffusion = asdict(DiffusionSettings(block_size, mask_id))
+    return install_attention(model)
+
+
+def diffusion_settings(model) -> DiffusionSettings:
+    d = getattr(model.config, "diffusion", None)
+    if not d:
+        raise ValueError(f"{type(model).__name__} is not a diffusion model: call to_diffusion(model, block_size) first")
+    return DiffusionSettings(check_block_size(int(d["block_size"])), _check_mask_token(model, d["mask_token_id"]))
+
+
+def set_block_size(model, block_size: int):
+    """Change the block size of a converted model (progressive block-size adaptation: 1 -> 4 -> ... -> 32)."""
+    s = diffusion_settings(model)
+    model.config.diffusion = asdict(DiffusionSettings(check_block_size(block_size), s.mask_token_id))
+    return model

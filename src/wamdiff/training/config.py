@@ -1,0 +1,298 @@
+"""Recipe = one YAML file describing a training run; this module loads, merges, overrides and validates it.
+
+A recipe has sections `model`, `data`, `optim`, `diffusion`, `teacher`, `eval`, `checkpoint`, `log` plus the
+top-level `name`, `kind` (ar_sft | block | distill_block | distill_model), `seed` and `output_dir`. A recipe
+may name a `base:` YAML (path relative to itself) whose values it overrides, so the block curriculum stages
+share one file of defaults. `--set key.sub=value` overrides are parsed as YAML scalars.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+KINDS = ("ar_sft", "block", "distill_block", "distill_model")
+
+
+@dataclass
+class DataSource:
+    path: str
+    weight: float = 1.0  # relative share of training samples drawn from this file
+
+
+@dataclass
+class ModelSection:
+    init: str | None = None  # checkpoint directory (save_model layout, or a local HF Qwen3/Qwen3-VL dir)
+    preset: str | None = None  # tiny | student | teacher, when starting from scratch
+    vision: bool = True
+    block_size: int = 1  # ignored by ar_sft
+
+
+@dataclass
+class DataSection:
+    train: list[DataSource] = field(default_factory=list)
+    val: str | None = None
+    max_train_samples: int | None = None  # per source, after reading (small runs / tests)
+    max_val_samples: int | None = 64
+
+
+@dataclass
+class OptimSection:
+    steps: int = 1000
+    batch_size: int = 8  # GLOBAL batch per optimiser step (split across processes and accumulation)
+    grad_accum: int = 1
+    lr: float = 1e-4  # language model (and everything that is not the vision tower)
+    vision_lr: float | None = None  # vision tower; None = same as lr
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.95)
+    eps: float = 1e-8
+    warmup_steps: int = 0
+    min_lr_ratio: float = 0.1  # cosine decays to lr * min_lr_ratio
+    grad_clip: float | None = 1.0
+    mixed_precision: str = "bf16"  # bf16 | no
+
+
+@dataclass
+class DiffusionSection:
+    min_rate: float = 0.05  # per-block mask rate clipped to >= this (bounds the 1/t weight)
+    complementary: bool = False  # add the complementary-masked copy of each sample
+
+
+@dataclass
+class TeacherSection:
+    path: str | None = None
+    kind: str = "diffusion"  # diffusion | ar (distill_model only)
+    block_size: int | None = None  # None: B/2 for distill_block, B for distill_model
+    kd_ratio: float = 1.0  # loss = kd_ratio * JSD + (1 - kd_ratio) * masked CE
+    beta: float = 0.5
+    temperature: float = 1.0
+    onpolicy_every: int = 0  # distill_model: every N steps the student decodes x_0 itself (0 = off)
+    onpolicy_steps_per_block: int | None = None  # fixed-steps decode for the refresh (None: block size)
+
+
+@dataclass
+class QASection:
+    path: str | None = None
+    max_samples: int = 32
+    at_start: bool = True
+    at_end: bool = True
+    max_new_tokens: int = 64
+    batch_size: int = 8
+
+
+@dataclass
+class EvalSection:
+    every: int = 0  # steps between validation passes (0 = only at the start/end)
+    batch_size: int = 8
+    at_start: bool = False  # validation before the first step (the converted model before training)
+    at_end: bool = True
+    qa: QASection = field(default_factory=QASection)
+
+
+@dataclass
+class CheckpointSection:
+    every: int = 0  # steps between resumable checkpoints (0 = none besides the final model)
+    keep_last: int = 2
+
+
+@dataclass
+class LogSection:
+    every: int = 10
+    tensorboard: bool = True
+    progress: bool = True
+
+
+@dataclass
+class Recipe:
+    name: str = "run"
+    kind: str = "ar_sft"
+    seed: int = 0
+    output_dir: str = "runs/run"
+    threads: int | None = None  # torch threads per process (None: leave as is)
+    model: ModelSection = field(default_factory=ModelSection)
+    data: DataSection = field(default_factory=DataSection)
+    optim: OptimSection = field(default_factory=OptimSection)
+    diffusion: DiffusionSection = field(default_factory=DiffusionSection)
+    teacher: TeacherSection = field(default_factory=TeacherSection)
+    eval: EvalSection = field(default_factory=EvalSection)
+    checkpoint: CheckpointSection = field(default_factory=CheckpointSection)
+    log: LogSection = field(default_factory=LogSection)
+
+    @property
+    def block_size(self) -> int:
+        return 1 if self.kind == "ar_sft" else int(self.model.block_size)
+
+    @property
+    def teacher_block_size(self) -> int:
+        """The teacher's block size: the configured one, else B/2 (distill_block) or B (distill_model)."""
+        if self.teacher.block_size is not None:
+            return int(self.teacher.block_size)
+        return max(1, self.block_size // 2) if self.kind == "distill_block" else self.block_size
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+# ----------------------------------------------------------------------------------------------- loading
+
+
+def deep_merge(base: dict, over: dict) -> dict:
+    out = copy.deepcopy(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = deep_merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+def read_recipe_yaml(path: str | Path, _seen: tuple = ()) -> dict:
+    """Read a recipe YAML, resolving its `base:` chain (bases first, the file's own values win)."""
+    path = Path(path).resolve()
+    if path in _seen:
+        raise ValueError(f"recipe {path}: circular `base:` chain {[str(p) for p in _seen]}")
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except FileNotFoundError:
+        raise ValueError(f"recipe file not found: {path}") from None
+    except yaml.YAMLError as err:
+        raise ValueError(f"recipe {path}: invalid YAML: {err}") from None
+    if not isinstance(raw, dict):
+        raise ValueError(f"recipe {path}: top level must be a mapping, got {type(raw).__name__}")
+    base = raw.pop("base", None)
+    if base:
+        raw = deep_merge(read_recipe_yaml(path.parent / base, _seen + (path,)), raw)
+    return raw
+
+
+def parse_overrides(items: list[str] | None) -> dict:
+    """`["optim.lr=3e-4", "model.block_size=8"]` -> nested dict; values parsed as YAML scalars/lists."""
+    out: dict = {}
+    for item in items or []:
+        if "=" not in item:
+            raise ValueError(f"--set {item!r}: expected key=value (e.g. optim.lr=3e-4)")
+        key, value = item.split("=", 1)
+        set_dotted(out, key.strip(), yaml.safe_load(value))
+    return out
+
+
+def set_dotted(d: dict, key: str, value: Any) -> None:
+    parts = key.split(".")
+    for p in parts[:-1]:
+        d = d.setdefault(p, {})
+        if not isinstance(d, dict):
+            raise ValueError(f"override {key!r}: {p!r} is not a section")
+    d[parts[-1]] = value
+
+
+def nest_dotted(overrides: dict | None) -> dict:
+    """Accept both nested dicts and flat {'optim.lr': 1e-3} keys (the Python API takes either)."""
+    out: dict = {}
+    for k, v in (overrides or {}).items():
+        if isinstance(v, dict):
+            v = nest_dotted(v)
+        if "." in k:
+            nested: dict = {}
+            set_dotted(nested, k, v)
+            out = deep_merge(out, nested)
+        else:
+            out = deep_merge(out, {k: v})
+    return out
+
+
+def _build(cls, values: Any, where: str):
+    """Dataclass from a mapping, naming the unknown key or wrong type precisely."""
+    if not isinstance(values, dict):
+        raise ValueError(f"recipe field {where}: expected a mapping, got {values!r}")
+    known = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - set(known))
+    if unknown:
+        raise ValueError(f"recipe field {where}: unknown key(s) {unknown}; allowed: {sorted(known)}")
+    kwargs = {}
+    for name, value in values.items():
+        f = known[name]
+        sub = f"{where}.{name}" if where else name
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        if dataclasses.is_dataclass(default):
+            kwargs[name] = _build(type(default), value, sub)
+        elif name == "train" and cls is DataSection:
+            kwargs[name] = _data_sources(value, sub)
+        elif name == "betas":
+            kwargs[name] = tuple(float(b) for b in value)
+        elif isinstance(default, bool):
+            if not isinstance(value, bool):
+                raise ValueError(f"recipe field {sub}: expected true/false, got {value!r}")
+            kwargs[name] = value
+        elif isinstance(default, float) and value is not None:
+            try:
+                kwargs[name] = float(value)
+            except (TypeError, ValueError):
+                raise ValueError(f"recipe field {sub}: expected a number, got {value!r}") from None
+        elif isinstance(default, int) and value is not None:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"recipe field {sub}: expected an integer, got {value!r}")
+            kwargs[name] = value
+        else:
+            kwargs[name] = value
+    return cls(**kwargs)
+
+
+def _data_sources(value: Any, where: str) -> list[DataSource]:
+    if isinstance(value, (str, dict)):
+        value = [value]
+    out = []
+    for i, v in enumerate(value or []):
+        if isinstance(v, str):
+            out.append(DataSource(path=v))
+        else:
+            out.append(_build(DataSource, v, f"{where}[{i}]"))
+    return out
+
+
+def validate(r: Recipe) -> Recipe:
+    def bad(field_: str, msg: str):
+        raise ValueError(f"recipe {r.name!r} field {field_}: {msg}")
+
+    if r.kind not in KINDS:
+        bad("kind", f"{r.kind!r} is not one of {KINDS}")
+    if not r.data.train:
+        bad("data.train", "no training file given")
+    if any(s.weight < 0 for s in r.data.train) or sum(s.weight for s in r.data.train) <= 0:
+        bad("data.train", "mix weights must be >= 0 with a positive sum")
+    if r.model.init is None and r.model.preset is None:
+        bad("model", "give model.init (checkpoint) or model.preset")
+    if r.block_size < 1:
+        bad("model.block_size", f"must be >= 1, got {r.block_size}")
+    if r.optim.steps < 1 or r.optim.batch_size < 1 or r.optim.grad_accum < 1:
+        bad("optim", "steps, batch_size and grad_accum must be >= 1")
+    if r.optim.mixed_precision not in ("bf16", "no", "fp32"):
+        bad("optim.mixed_precision", f"{r.optim.mixed_precision!r} is not bf16 | no")
+    if not 0.0 < r.diffusion.min_rate <= 1.0:
+        bad("diffusion.min_rate", "must be in (0, 1]")
+    if r.kind in ("distill_block", "distill_model"):
+        if not r.teacher.path:
+            bad("teacher.path", f"{r.kind} needs a teacher checkpoint")
+        if r.teacher.kind not in ("diffusion", "ar"):
+            bad("teacher.kind", f"{r.teacher.kind!r} is not diffusion | ar")
+        if r.kind == "distill_block" and r.teacher.kind != "diffusion":
+            bad("teacher.kind", "distill_block is same-paradigm: the teacher must be a diffusion model")
+        if r.teacher_block_size < 1:
+            bad("teacher.block_size", "must be >= 1")
+        if not 0.0 <= r.teacher.kd_ratio <= 1.0:
+            bad("teacher.kd_ratio", "must be in [0, 1]")
+    return r
+
+
+def load_recipe(recipe: dict | str | Path, overrides: dict | list[str] | None = None) -> Recipe:
+    """Recipe from a YAML path or a dict, with overrides (nested/flat dict or `key=value` strings)."""
+    raw = read_recipe_yaml(recipe) if isinstance(recipe, (str, Path)) else copy.deepcopy(recipe)
+    if isinstance(recipe, dict) and "base" in raw:
+        raise ValueError("recipe dict: `base:` is only supported in YAML files")
+    over = parse_overrides(overrides) if isinstance(overrides, list) else nest_dotted(overrides)
+    raw = deep_merge(raw, over)
+    return validate(_build(Recipe, raw, ""))

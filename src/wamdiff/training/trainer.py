@@ -1,0 +1,517 @@
+"""One trainer for every recipe, on accelerate (one process, or `accelerate launch` / torchrun with several).
+
+Reads top to bottom as the run goes:
+  1. recipe -> Accelerator (bf16 autocast or fp32, DDP/FSDP/DeepSpeed from the launch config)
+  2. model (+ frozen teacher), tokenizer, encoded data, objective
+  3. optimiser (separate LR for the vision tower), cosine schedule with warm-up
+  4. resume: weights, optimiser, scheduler, RNG, data position from the last complete checkpoint
+  5. loop: global batch -> noise (seeded by step) -> this process's rows -> micro-steps with gradient
+     accumulation -> NaN/inf guard -> clip -> step -> metrics / eval / checkpoint
+  6. final model (atomic), final eval + QA exact match, metrics.json
+
+Data and noise are functions of (seed, step) and are drawn for the GLOBAL batch, which each process then
+slices: with the same global batch, N processes compute the same update as one.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from wamdiff.training import checkpoint as ckpt
+from wamdiff.training.config import Recipe, load_recipe
+from wamdiff.training.data import Batch, MixtureSampler, collate, load_examples
+from wamdiff.training.metrics import MetricsLogger, write_json
+from wamdiff.training.objectives import Objective, StepInputs, build_objective
+
+
+class TrainingDiverged(RuntimeError):
+    """Raised by the NaN/inf guard: the loss or the gradient norm is not finite."""
+
+
+@dataclass
+class RunResult:
+    output_dir: Path
+    metrics: dict = field(default_factory=dict)
+
+    @property
+    def final_model(self) -> Path:
+        """The trained model (save_model layout): what the next stage's `model.init` points to."""
+        return self.output_dir / "final"
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+
+
+def cosine_with_warmup(warmup: int, total: int, min_ratio: float) -> Callable[[int], float]:
+    """LR multiplier: linear warm-up over `warmup` steps, then cosine from 1 to `min_ratio` at `total`."""
+
+    def f(step: int) -> float:
+        if warmup > 0 and step < warmup:
+            return (step + 1) / warmup
+        progress = min(1.0, (step - warmup) / max(1, total - warmup))
+        return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return f
+
+
+def is_vision_param(name: str) -> bool:
+    return ".visual." in f".{name}"
+
+
+def param_groups(model, lr: float, vision_lr: float | None, weight_decay: float) -> list[dict]:
+    """Vision tower vs language model, each split into decayed (matrices) and non-decayed (norms, biases)."""
+    groups: dict[tuple[bool, bool], list] = {}
+    for name, p in model.named_parameters():
+        if p.requires_grad:
+            groups.setdefault((is_vision_param(name), p.ndim >= 2), []).append(p)
+    out = []
+    for (vision, decay), params in sorted(groups.items()):
+        out.append({
+            "params": params,
+            "lr": (vision_lr if vision and vision_lr is not None else lr),
+            "weight_decay": weight_decay if decay else 0.0,
+            "name": f"{'vision' if vision else 'lm'}{'' if decay else '_nodecay'}",
+        })
+    return out
+
+
+def step_generator(seed: int, step: int, salt: int = 0) -> torch.Generator:
+    return torch.Generator().manual_seed((seed * 1_000_003 + step * 7_919 + salt) % (2**63 - 1))
+
+
+def _mask_token_id(tokenizer) -> int:
+    from wamdiff.models.tokens import MASK
+
+    tid = tokenizer.convert_tokens_to_ids(MASK)
+    if tid is None or tid == tokenizer.unk_token_id:
+        raise ValueError(f"tokenizer has no mask token {MASK!r}")
+    return int(tid)
+
+
+def _pad_token_id(tokenizer) -> int:
+    from wamdiff.models.tokens import PAD
+
+    return int(tokenizer.convert_tokens_to_ids(PAD))
+
+
+# ------------------------------------------------------------------------------------------------ models
+
+
+def load_student(recipe: Recipe):
+    """(model, tokenizer, image processor) from the recipe's init checkpoint or preset, at its block size."""
+    from wamdiff.models.build import build_image_processor, build_model, load_image_processor, load_model
+    from wamdiff.models.convert import to_diffusion
+    from wamdiff.models.tokenizer import build_tokenizer
+
+    if recipe.model.init:
+        if not Path(recipe.model.init).exists():
+            raise ValueError(f"recipe {recipe.name!r} field model.init: checkpoint {recipe.model.init} does not exist")
+        model, tokenizer = load_model(recipe.model.init)
+        image_processor = load_image_processor(recipe.model.init)
+    else:
+        tokenizer = build_tokenizer()
+        model = build_model(recipe.model.preset, tokenizer, vision=recipe.model.vision, seed=recipe.seed)
+        image_processor = build_image_processor()
+    if recipe.kind != "ar_sft":
+        model = to_diffusion(model, recipe.block_size)
+    return model, tokenizer, image_processor
+
+
+def load_teacher(recipe: Recipe, tokenizer):
+    from wamdiff.models.build import load_model
+    from wamdiff.models.convert import to_diffusion
+
+    path = recipe.teacher.path
+    if not Path(path).exists():
+        raise ValueError(f"recipe {recipe.name!r} field teacher.path: checkpoint {path} does not exist")
+    teacher, t_tok = load_model(path)
+    if _mask_token_id(t_tok) != _mask_token_id(tokenizer) or len(t_tok) != len(tokenizer):
+        raise ValueError(f"recipe {recipe.name!r}: teacher {path} uses a different tokenizer than the student")
+    if recipe.teacher.kind == "diffusion":
+        teacher = to_diffusion(teacher, recipe.teacher_block_size)
+    return teacher.eval().requires_grad_(False)
+
+
+# ------------------------------------------------------------------------------------------------ trainer
+
+
+class Trainer:
+    def __init__(self, recipe: Recipe, *, resume: bool = False, step_callback: Callable[[int], None] | None = None):
+        from accelerate import Accelerator
+
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # per-save/load shard bars would drown the training bar
+        self.recipe = r = recipe
+        self.step_callback = step_callback
+        if r.threads:
+            torch.set_num_threads(r.threads)
+        mp = "bf16" if r.optim.mixed_precision == "bf16" else "no"
+        # accelerate keeps a process-wide singleton; chained stages in one process (pipeline API) may differ in
+        # mixed precision, so forget the previous run's settings (the process group, if any, is kept).
+        from accelerate.state import AcceleratorState, GradientState
+
+        AcceleratorState._reset_state(reset_partial_state=False)
+        GradientState._reset_state()
+        self.accelerator = Accelerator(
+            cpu=not torch.cuda.is_available(),
+            mixed_precision=mp,
+        )
+        self.world, self.rank = self.accelerator.num_processes, self.accelerator.process_index
+        self.is_main = self.accelerator.is_main_process
+        n_rows = r.optim.batch_size // (self.world * r.optim.grad_accum)
+        if n_rows * self.world * r.optim.grad_accum != r.optim.batch_size:
+            raise ValueError(
+                f"recipe {r.name!r} field optim.batch_size: global batch {r.optim.batch_size} is not divisible by "
+                f"processes ({self.world}) x grad_accum ({r.optim.grad_accum})"
+            )
+        self.micro_rows = n_rows
+        self.output_dir = Path(r.output_dir)
+
+        torch.manual_seed(r.seed)  # same initial weights on every process (DDP also broadcasts them)
+        self.model, self.tokenizer, self.image_processor = load_student(r)
+        self.mask_id, self.pad_id = _mask_token_id(self.tokenizer), _pad_token_id(self.tokenizer)
+        teacher = load_teacher(r, self.tokenizer) if r.kind.startswith("distill") else None
+        self.objective: Objective = build_objective(r, self.mask_id, teacher)
+        if teacher is not None:
+            teacher.to(self.accelerator.device)
+
+        enc = dict(vision=hasattr(self.model.config, "vision_config"), image_processor=self.image_processor)
+        self.train_sets = [load_examples(s.path, self.tokenizer, limit=r.data.max_train_samples, source=i, **enc)
+                           for i, s in enumerate(r.data.train)]
+        self.val_set = load_examples(r.data.val, self.tokenizer, limit=r.data.max_val_samples, **enc) if r.data.val else []
+        qa = r.eval.qa
+        self.qa_set = load_examples(qa.path, self.tokenizer, limit=qa.max_samples, **enc) if qa.path else []
+        self.sampler = MixtureSampler([len(s) for s in self.train_sets], [s.weight for s in r.data.train], r.seed)
+
+        o = r.optim
+        self.optimizer = torch.optim.AdamW(param_groups(self.model, o.lr, o.vision_lr, o.weight_decay), lr=o.lr, betas=o.betas, eps=o.eps)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, cosine_with_warmup(o.warmup_steps, o.steps, o.min_lr_ratio))
+        # The optimiser and scheduler are stepped by hand once per optimiser step (a prepared scheduler steps
+        # num_processes times per step when batches are not split). Plain data parallelism (DDP launch) is done
+        # by an explicit gradient all-reduce: the diffusion forward drives the HF model's submodules directly,
+        # which a DDP wrapper would not see. FSDP / DeepSpeed launches prepare the model as accelerate does.
+        from accelerate.utils import DistributedType
+
+        dt = self.accelerator.distributed_type
+        self.manual_allreduce = self.world > 1 and dt not in (DistributedType.FSDP, DistributedType.DEEPSPEED)
+        if self.manual_allreduce:
+            self.model.to(self.accelerator.device)
+            for p in self.model.parameters():  # identical start on every process
+                torch.distributed.broadcast(p.data, src=0)
+        else:
+            self.model = self.accelerator.prepare(self.model)
+
+        self.step = 0
+        self.resumed_from: Path | None = None
+        if resume:
+            self._resume()
+        self.logger = MetricsLogger(self.output_dir, tensorboard=r.log.tensorboard, enabled=self.is_main,
+                                    resume_step=self.step if self.resumed_from else None)
+        self.history: dict[str, list] = {}
+
+    # -------------------------------------------------------------------------------------- properties
+
+    @property
+    def unwrapped(self):
+        return self.accelerator.unwrap_model(self.model)
+
+    def log(self, values: dict) -> None:
+        values = {k: float(v) for k, v in values.items()}
+        for k, v in values.items():
+            self.history.setdefault(k, []).append((self.step, v))
+        self.logger.log(self.step, values)
+
+    # -------------------------------------------------------------------------------------- data
+
+    def next_global_batch(self) -> Batch:
+        draws = self.sampler.draw(self.recipe.optim.batch_size)
+        examples = [self.train_sets[s][i] for s, i in draws]
+        return collate(examples, pad_id=self.pad_id, block_multiple=self.objective.block_multiple)
+
+    def step_inputs(self, step: int) -> StepInputs:
+        batch = self.next_global_batch()
+        if self.recipe.kind == "distill_model" and self.recipe.teacher.onpolicy_every > 0 and step % self.recipe.teacher.onpolicy_every == 0:
+            batch = self.onpolicy_refresh(batch)
+        return self.objective.noise(batch, step_generator(self.recipe.seed, step))
+
+    def my_rows(self, inputs: StepInputs, micro: int) -> StepInputs:
+        """Rows of micro-step `micro` that belong to this process (global layout: [micro][rank][rows])."""
+        start = (micro * self.world + self.rank) * self.micro_rows
+        return self.objective.complementary(inputs.rows(start, start + self.micro_rows))
+
+    # -------------------------------------------------------------------------------------- on-policy
+
+    @torch.no_grad()
+    def onpolicy_refresh(self, batch: Batch) -> Batch:
+        """The student greedily decodes every answer (fixed steps per block); its decodes replace x_0.
+
+        Each process decodes its share of the global batch; the decodes are gathered so every process
+        re-collates the same global batch.
+        """
+        from accelerate.utils import gather_object
+
+        from wamdiff.decoding import DecodeConfig, generate
+
+        r = self.recipe
+        B = r.block_size
+        steps = r.teacher.onpolicy_steps_per_block or B
+        cfg = DecodeConfig(mode="block", block_size=B, strategy="fixed", max_steps_per_block=steps,
+                           max_new_tokens=batch.x0.shape[1])
+        n = len(batch)
+        per = math.ceil(n / self.world)
+        mine = batch.examples[self.rank * per : (self.rank + 1) * per]
+        model = self.unwrapped
+        was_training = model.training
+        model.eval()
+        # no autocast: the decoder's static KV cache is allocated in the weights' dtype
+        gens = generate(model, self.tokenizer, [e.prompt for e in mine], cfg) if mine else []
+        model.train(was_training)
+        ids = [list(g.token_ids) for g in gens]
+        if self.world > 1:
+            ids = gather_object(ids)
+        answers = [torch.tensor(t if t else [self.pad_id], dtype=torch.long) for t in ids[:n]]
+        return collate(batch.examples, pad_id=self.pad_id, block_multiple=self.objective.block_multiple, answer_ids=answers)
+
+    # -------------------------------------------------------------------------------------- one step
+
+    def train_step(self, step: int) -> dict:
+        r, acc = self.recipe, self.accelerator
+        inputs = self.step_inputs(step)
+        tokens = inputs.batch.n_tokens(self.objective.streams) * (2 if r.diffusion.complementary and r.kind != "ar_sft" else 1)
+        self.model.train()
+        total = torch.zeros(())
+        extra: dict[str, torch.Tensor] = {}
+        model = self.unwrapped  # the HF module itself (forward hooks of FSDP/DeepSpeed live on it)
+        for micro in range(r.optim.grad_accum):
+            part = self.my_rows(inputs, micro)
+            with acc.autocast():
+                loss, logs = self.objective.loss(model, part)
+            acc.backward(loss / r.optim.grad_accum)
+            total += loss.detach().float() / r.optim.grad_accum
+            for k, v in logs.items():
+                extra[k] = extra.get(k, 0) + v.float() / r.optim.grad_accum
+        if self.manual_allreduce:
+            self.allreduce_gradients()
+        values = {"loss": total, **extra}
+        if self.world > 1:
+            values = {k: acc.reduce(v.reshape(1), reduction="mean")[0] for k, v in values.items()}
+        loss_value = float(values["loss"])
+        if not math.isfinite(loss_value):
+            raise TrainingDiverged(
+                f"non-finite training loss {loss_value} at step {step + 1} of recipe {r.name!r} ({r.kind}, "
+                f"output {self.output_dir}); last finite checkpoint: {ckpt.latest_checkpoint(self.output_dir)}. "
+                f"Lower optim.lr, raise diffusion.min_rate or use optim.mixed_precision=no."
+            )
+        clip = r.optim.grad_clip if r.optim.grad_clip else float("inf")
+        grad_norm = float(acc.clip_grad_norm_(self.model.parameters(), clip))
+        if not math.isfinite(grad_norm):
+            raise TrainingDiverged(
+                f"non-finite gradient norm {grad_norm} at step {step + 1} of recipe {r.name!r} ({r.kind}, loss "
+                f"{loss_value:.4g}, output {self.output_dir})."
+            )
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        out = {k: float(v) for k, v in values.items()}
+        out["grad_norm"] = grad_norm
+        out["tokens"] = tokens
+        return out
+
+    def allreduce_gradients(self) -> None:
+        """Average gradients over processes in one flat buffer (what DDP does, without wrapping the model)."""
+        from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+        grads = [p.grad for p in self.model.parameters() if p.requires_grad]
+        missing = [i for i, g in enumerate(grads) if g is None]
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        for i in missing:  # a parameter unused on this process still takes part (zeros)
+            params[i].grad = torch.zeros_like(params[i])
+            grads[i] = params[i].grad
+        flat = _flatten_dense_tensors(grads)
+        torch.distributed.all_reduce(flat)
+        flat /= self.world
+        for g, synced in zip(grads, _unflatten_dense_tensors(flat, grads)):
+            g.copy_(synced)
+
+    # -------------------------------------------------------------------------------------- evaluation
+
+    @torch.no_grad()
+    def evaluate(self) -> dict:
+        """Validation on the held-out split with fixed noise: loss and token accuracy (masked-token accuracy
+        for diffusion kinds, next-token accuracy for ar_sft), plus teacher-student top-5 overlap for
+        distillation."""
+        from wamdiff.training.evaluation import validation_metrics
+
+        if not self.val_set:
+            return {}
+        model = self.unwrapped
+        was = model.training
+        model.eval()
+        with self.accelerator.autocast():
+            out = validation_metrics(model, self.objective, self.val_set, batch_size=self.recipe.eval.batch_size,
+                                     pad_id=self.pad_id, seed=self.recipe.seed)
+        model.train(was)
+        return out
+
+    @torch.no_grad()
+    def qa_exact_match(self) -> dict:
+        from wamdiff.training.evaluation import qa_exact_match
+
+        if not self.qa_set:
+            return {}
+        model = self.unwrapped
+        was = model.training
+        model.eval()
+        out = qa_exact_match(model, self.tokenizer, self.qa_set, self.recipe)  # fp32: see onpolicy_refresh
+        model.train(was)
+        return out
+
+    def _main_only(self, fn) -> dict:
+        """Run an evaluation on the main process only; the others wait."""
+        out = fn() if self.is_main else {}
+        self.accelerator.wait_for_everyone()
+        return out
+
+    # -------------------------------------------------------------------------------------- checkpoints
+
+    def save_checkpoint(self) -> None:
+        from accelerate.utils import gather_object
+
+        from wamdiff.models.build import save_model
+
+        rngs = gather_object([ckpt.rng_state()]) if self.world > 1 else [ckpt.rng_state()]
+        if self.is_main:
+            final = ckpt.checkpoint_root(self.output_dir) / f"step-{self.step:06d}"
+
+            def write(tmp: Path) -> None:
+                save_model(self.unwrapped, self.tokenizer, tmp / "model", self.image_processor)
+                ckpt.save_training_state(tmp, optimizer=self.optimizer, scheduler=self.scheduler, step=self.step,
+                                         extra={"sampler": self.sampler.state_dict(), "recipe": self.recipe.to_dict(),
+                                                "world_size": self.world})
+                for rank, state in enumerate(rngs):
+                    torch.save(state, tmp / f"rng-rank{rank}.pt")
+
+            ckpt.atomic_dir(final, write)
+            ckpt.prune_checkpoints(self.output_dir, self.recipe.checkpoint.keep_last)
+        self.accelerator.wait_for_everyone()
+
+    def _resume(self) -> None:
+        from wamdiff.models.build import load_model
+
+        last = ckpt.latest_checkpoint(self.output_dir)
+        if last is None:
+            if self.is_main:
+                print(f"[train] --resume: no checkpoint under {ckpt.checkpoint_root(self.output_dir)}; starting fresh")
+            return
+        saved, _ = load_model(last / "model")
+        self.unwrapped.load_state_dict(saved.state_dict())
+        del saved
+        state = ckpt.load_training_state(last, optimizer=self.optimizer, scheduler=self.scheduler, rank=self.rank)
+        self.sampler.load_state_dict(state["sampler"])
+        self.step = int(state["step"])
+        self.resumed_from = last
+        if self.is_main:
+            print(f"[train] resumed {self.recipe.name!r} from {last} at step {self.step}")
+
+    def save_final(self) -> Path:
+        from wamdiff.models.build import save_model
+
+        final = self.output_dir / "final"
+        if self.is_main:
+            ckpt.atomic_dir(final, lambda tmp: save_model(self.unwrapped, self.tokenizer, tmp, self.image_processor))
+        self.accelerator.wait_for_everyone()
+        return final
+
+    # -------------------------------------------------------------------------------------- loop
+
+    def run(self) -> RunResult:
+        r = self.recipe
+        t_start = time.perf_counter()
+        summary: dict = {"recipe": r.name, "kind": r.kind, "block_size": r.block_size, "processes": self.world,
+                         "mixed_precision": r.optim.mixed_precision, "global_batch": r.optim.batch_size}
+        if r.kind.startswith("distill"):
+            summary.update(teacher=r.teacher.path, teacher_kind=r.teacher.kind, teacher_block_size=r.teacher_block_size)
+        if self.resumed_from is None:
+            if r.eval.qa.at_start and self.qa_set:
+                qa = self._main_only(self.qa_exact_match)
+                summary.update({f"{k}_start": v for k, v in qa.items()})
+                self.log({f"{k}_start": v for k, v in qa.items()})
+            if r.eval.at_start:
+                val = self._main_only(self.evaluate)
+                summary.update({f"{k}_start": v for k, v in val.items()})
+                self.log(val)
+        else:
+            summary["resumed_from"] = str(self.resumed_from)
+
+        progress = None
+        if r.log.progress and self.is_main:
+            from tqdm.auto import tqdm
+
+            progress = tqdm(total=r.optim.steps, initial=self.step, desc=r.name, dynamic_ncols=True)
+        window_tokens, window_time, losses = 0, 0.0, []
+        train_tokens, train_time = 0, 0.0
+        try:
+            while self.step < r.optim.steps:
+                t0 = time.perf_counter()
+                out = self.train_step(self.step)
+                dt = time.perf_counter() - t0
+                self.step += 1
+                window_tokens += out["tokens"]
+                window_time += dt
+                train_tokens += out["tokens"]
+                train_time += dt
+                losses.append(out["loss"])
+                if self.step % max(1, r.log.every) == 0 or self.step == r.optim.steps:
+                    lrs = {f"lr/{g['name']}": g["lr"] for g in self.optimizer.param_groups if not g["name"].endswith("_nodecay")}
+                    logged = {k: v for k, v in out.items() if k != "tokens"}
+                    self.log({**logged, **lrs, "tokens_per_s": window_tokens / max(window_time, 1e-9)})
+                    window_tokens, window_time = 0, 0.0
+                if progress is not None:
+                    progress.update(1)
+                    progress.set_postfix(loss=f"{out['loss']:.4f}")
+                if r.eval.every and self.step % r.eval.every == 0 and self.step < r.optim.steps:
+                    self.log(self._main_only(self.evaluate))
+                if r.checkpoint.every and self.step % r.checkpoint.every == 0:
+                    self.save_checkpoint()
+                if self.step_callback is not None:
+                    self.step_callback(self.step)
+        finally:
+            if progress is not None:
+                progress.close()
+
+        final = self.save_final()
+        if r.eval.at_end:
+            val = self._main_only(self.evaluate)
+            summary.update(val)
+            self.log(val)
+        if r.eval.qa.at_end and self.qa_set:
+            qa = self._main_only(self.qa_exact_match)
+            summary.update({f"{k}_end": v for k, v in qa.items()})
+            self.log({f"{k}_end": v for k, v in qa.items()})
+        tail = losses[-max(1, min(10, len(losses))):]
+        summary.update(
+            steps=self.step,
+            final_train_loss=sum(tail) / len(tail) if tail else None,
+            train_tokens_per_s=train_tokens / train_time if train_time else None,
+            wall_s=time.perf_counter() - t_start,
+            final_model=str(final),
+            history={k: v for k, v in self.history.items() if not k.startswith("lr/")},
+        )
+        if self.is_main:
+            write_json(self.output_dir / "metrics.json", summary)
+        self.logger.close()
+        return RunResult(self.output_dir, summary)
+
+
+def train(recipe: dict | str | Path | Recipe, overrides: dict | list[str] | None = None, *, resume: bool = False,
+          step_callback: Callable[[int], None] | None = None) -> RunResult:
+    """Run one recipe in-process; chain stages with `train(next, {"model.init": str(prev.final_model)})`."""
+    r = recipe if isinstance(recipe, Recipe) else load_recipe(recipe, overrides)
+    return Trainer(r, resume=resume, step_callback=step_callback).run()

@@ -1,0 +1,265 @@
+"""Decoding engines against independent computations (no-cache full forwards, HF generate, decoding alone)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from wamdiff.decoding import DecodeConfig, generate
+from wamdiff.decoding.block import fixed_schedule, select_threshold
+from wamdiff.decoding.generate import model_block_settings, to_generations, token_id
+from wamdiff.decoding.runner import StepRunner, collate_prompts
+from wamdiff.decoding.testing import synthetic_prompt, tiny_qwen3, tiny_qwen3_vl, tiny_tokenizer
+from wamdiff.decoding import block as block_mod
+from wamdiff.models.tokens import IM_END, PAD
+
+TOK = tiny_tokenizer()
+EOS, PADID = token_id(TOK, IM_END), token_id(TOK, PAD)
+
+
+@pytest.fixture(scope="module")
+def qwen3():
+    return tiny_qwen3(TOK, peaky=6.0, seed=1)
+
+
+@pytest.fixture(scope="module")
+def qwen3_vl():
+    return tiny_qwen3_vl(TOK, peaky=6.0, seed=2)
+
+
+def _eos_at(model, token: int):
+    """Swap the LM-head rows of EOS and `token`: wherever the model would greedily emit `token` it now emits
+    EOS (confidences unchanged), so samples of a batch finish at different, known places."""
+    with torch.no_grad():
+        w = model.lm_head.weight
+        w[[EOS, token]] = w[[token, EOS]]
+    return model
+
+
+# ------------------------------------------------------------------------------------------- reference decoders
+def _full_logits(model, ids: list[int], n_prompt: int, block: int, prompt) -> torch.Tensor:
+    """No-cache forward over [prompt | answer] with a brute-force block-causal mask (prompt token-causal,
+    answer block c sees the prompt and answer blocks <= c). Returns logits [L, V] in fp32."""
+    L = len(ids)
+    allow = torch.zeros(L, L, dtype=torch.bool)
+    for q in range(L):
+        for k in range(L):
+            if q < n_prompt:
+                allow[q, k] = k <= q
+            else:
+                allow[q, k] = k < n_prompt or (k - n_prompt) // block <= (q - n_prompt) // block
+    x = torch.tensor([ids])
+    if hasattr(model.model, "get_rope_index"):
+        mm = torch.zeros_like(x)
+        if prompt.mm_token_type_ids is not None:
+            mm[0, :n_prompt] = prompt.mm_token_type_ids
+        model.model.rope_deltas = None
+        pos, _ = model.model.get_rope_index(x, mm_token_type_ids=mm, image_grid_thw=prompt.image_grid_thw)
+        out = model(input_ids=x, attention_mask=allow[None, None], position_ids=pos, pixel_values=prompt.pixel_values,
+                    image_grid_thw=prompt.image_grid_thw, mm_token_type_ids=mm)
+    else:
+        out = model(input_ids=x, attention_mask=allow[None, None], position_ids=torch.arange(L)[None])
+    return out.logits[0].float()
+
+
+def _reference_block_decode(model, prompt, *, block, tau, max_steps, max_new, mask_id):
+    """Naive block decoding: full recomputation every step, plain Python selection. Returns (tokens, per-step logits)."""
+    p_ids = prompt.input_ids.tolist()
+    answer, steps_logits = [], []
+    for _ in range(-(-max_new // block)):
+        x = [mask_id] * block
+        for step in range(max_steps):
+            logits = _full_logits(model, p_ids + answer + x, len(p_ids), block, prompt)[-block:]
+            steps_logits.append(logits)
+            probs = logits.softmax(-1)
+            conf, pred = probs.max(-1)
+            masked = [i for i in range(block) if x[i] == mask_id]
+            if step == max_steps - 1:
+                chosen = masked
+            else:
+                chosen = [i for i in masked if conf[i] >= tau] or []
+                best = max(masked, key=lambda i: conf[i].item())
+                chosen = sorted(set(chosen) | {best})
+            for i in chosen:
+                x[i] = int(pred[i])
+            if all(t != mask_id for t in x):
+                break
+        if EOS in x:
+            answer += x[: x.index(EOS) + 1]
+            break
+        answer += x
+    return answer[:max_new], steps_logits
+
+
+def _decode_block_traced(model, prompts, cfg):
+    bs, mask_id = model_block_settings(model, TOK)
+    bs = cfg.block_size or bs
+    batch = collate_prompts(prompts, PADID)
+    runner = StepRunner(model, batch, bs, cfg.max_new_tokens)
+    logs = []
+    out, lengths, forwards, finished = block_mod.decode_block(
+        runner, max_new_tokens=cfg.max_new_tokens, mask_id=mask_id, eos_id=EOS, pad_id=PADID,
+        threshold=cfg.threshold, max_steps=cfg.max_steps_per_block, strategy=cfg.strategy,
+        fused_commit=cfg.fused_commit, trace=lambda b, s, x, lg: logs.append(lg.float()),
+    )
+    return to_generations(TOK, out, lengths, forwards, finished, EOS), logs
+
+
+# ------------------------------------------------------------------------------------------------------ tests
+@pytest.mark.parametrize("block", [4, 32])
+@pytest.mark.parametrize("fused", [True, False])
+def test_cached_block_decoding_equals_recomputation(qwen3, block, fused):
+    prompt = synthetic_prompt(TOK, 9, seed=3)
+    cfg = DecodeConfig(block_size=block, threshold=0.5, max_steps_per_block=block, max_new_tokens=2 * block,
+                       fused_commit=fused)
+    (gen,), logs = _decode_block_traced(qwen3, [prompt], cfg)
+    ref, ref_logs = _reference_block_decode(qwen3, prompt, block=block, tau=0.5, max_steps=block, max_new=2 * block,
+                                            mask_id=model_block_settings(qwen3, TOK)[1])
+    assert gen.token_ids == ref
+    assert len(logs) == len(ref_logs)
+    for lg, rl in zip(logs, ref_logs):
+        torch.testing.assert_close(lg[0], rl, atol=1e-5, rtol=0)
+
+
+def test_cached_block_decoding_equals_recomputation_vl_with_image(qwen3_vl):
+    prompt = synthetic_prompt(TOK, 7, seed=4, image=True)
+    cfg = DecodeConfig(block_size=4, threshold=0.5, max_steps_per_block=4, max_new_tokens=8)
+    (gen,), logs = _decode_block_traced(qwen3_vl, [prompt], cfg)
+    ref, ref_logs = _reference_block_decode(qwen3_vl, prompt, block=4, tau=0.5, max_steps=4, max_new=8,
+                                            mask_id=model_block_settings(qwen3_vl, TOK)[1])
+    assert gen.token_ids == ref
+    for lg, rl in zip(logs, ref_logs):
+        torch.testing.assert_close(lg[0], rl, atol=1e-5, rtol=0)
+
+
+def test_block_size_one_is_one_token_per_forward_and_matches_mask_query_greedy(qwen3):
+    """B=1: block decoding = greedy on the mask query, one forward per token (prefill fused), as AR's count."""
+    prompt = synthetic_prompt(TOK, 8, seed=5)
+    (gen,) = generate(qwen3, TOK, [prompt], DecodeConfig(block_size=1, max_new_tokens=12))
+    ref, _ = _reference_block_decode(qwen3, prompt, block=1, tau=0.9, max_steps=32, max_new=12,
+                                     mask_id=model_block_settings(qwen3, TOK)[1])
+    assert gen.token_ids == ref
+    assert gen.forwards == len(gen.token_ids)
+    (ar,) = generate(qwen3, TOK, [prompt], DecodeConfig(mode="ar", max_new_tokens=12))
+    assert ar.forwards == len(ar.token_ids)
+
+
+@pytest.mark.parametrize("vl", [False, True])
+def test_ar_equals_hf_generate_greedy(qwen3, qwen3_vl, vl):
+    model = qwen3_vl if vl else qwen3
+    prompt = synthetic_prompt(TOK, 11, seed=6, image=vl)
+    (gen,) = generate(model, TOK, [prompt], DecodeConfig(mode="ar", max_new_tokens=10))
+    kw = {}
+    if vl:
+        kw = dict(pixel_values=prompt.pixel_values, image_grid_thw=prompt.image_grid_thw,
+                  mm_token_type_ids=prompt.mm_token_type_ids[None])
+        model.model.rope_deltas = None
+    hf = model.generate(input_ids=prompt.input_ids[None], attention_mask=torch.ones_like(prompt.input_ids)[None],
+                        max_new_tokens=10, do_sample=False, eos_token_id=EOS, pad_token_id=PADID, **kw)
+    assert gen.token_ids == hf[0, prompt.input_ids.numel():].tolist()
+
+
+@pytest.mark.parametrize("mode", ["ar", "block"])
+@pytest.mark.parametrize("vl", [False, True])
+def test_batch_of_different_lengths_equals_each_alone(qwen3, qwen3_vl, mode, vl):
+    stop = {(False, "ar"): 98, (False, "block"): 232, (True, "ar"): 158, (True, "block"): 75}[(vl, mode)]
+    model = _eos_at(tiny_qwen3_vl(TOK, peaky=6.0, seed=9) if vl else tiny_qwen3(TOK, peaky=6.0, seed=7), stop)
+    prompts = [synthetic_prompt(TOK, n, seed=10 + n, image=vl) for n in (3, 12, 7, 20)]
+    cfg = DecodeConfig(mode=mode, block_size=4, threshold=0.6, max_new_tokens=16)
+    together = generate(model, TOK, prompts, cfg)
+    alone = [generate(model, TOK, [p], cfg)[0] for p in prompts]
+    assert [g.token_ids for g in together] == [g.token_ids for g in alone]
+    assert [g.forwards for g in together] == [g.forwards for g in alone]
+    assert [g.finished for g in together] == [g.finished for g in alone]
+    assert any(g.finished for g in alone) and not all(g.finished for g in alone)  # flags really exercised
+    assert len({len(g.token_ids) for g in alone}) >= 3
+
+
+@pytest.mark.parametrize("block", [2, 4])
+def test_fused_commit_same_tokens_one_forward_fewer_per_block(block):
+    model = _eos_at(tiny_qwen3(TOK, peaky=6.0, seed=7), 232)
+    prompts = [synthetic_prompt(TOK, n, seed=10 + n) for n in (3, 12, 7, 20)]
+    base = dict(block_size=block, threshold=0.6, max_new_tokens=24)
+    fused = generate(model, TOK, prompts, DecodeConfig(fused_commit=True, **base))
+    sep = generate(model, TOK, prompts, DecodeConfig(fused_commit=False, **base))
+    for f, s in zip(fused, sep):
+        assert f.token_ids == s.token_ids
+        n_blocks = -(-len(f.token_ids) // block)  # blocks this sample decoded (prompt prefill = commit of "block -1")
+        assert s.forwards - f.forwards == n_blocks
+    assert any(f.finished for f in fused) and len({-(-len(f.token_ids) // block) for f in fused}) >= 2
+
+
+def test_eos_stops_and_tail_is_not_returned():
+    model = _eos_at(tiny_qwen3(TOK, peaky=6.0, seed=7), 232)
+    gens = generate(model, TOK, [synthetic_prompt(TOK, 12, seed=22)], DecodeConfig(block_size=4, threshold=0.6,
+                                                                                 max_new_tokens=40))
+    g = gens[0]
+    assert len(g.token_ids) == 12  # 232 first appears at answer index 11 (see the batch test)
+    assert g.finished and g.token_ids[-1] == EOS and EOS not in g.token_ids[:-1]
+    assert PADID not in g.token_ids
+
+
+@pytest.mark.parametrize("block", [4, 16])
+def test_threshold_strategy_bounded_by_block_size_forwards(block):
+    model = tiny_qwen3(TOK, peaky=1.0, seed=11)  # unconfident: ~1 token per step, the worst case
+    steps = []
+    prompt = synthetic_prompt(TOK, 6, seed=2)
+    batch = collate_prompts([prompt], PADID)
+    runner = StepRunner(model, batch, block, 2 * block)
+    masks_before = []
+    block_mod.decode_block(runner, max_new_tokens=2 * block, mask_id=model_block_settings(model, TOK)[1], eos_id=-1,
+                           pad_id=PADID, threshold=0.9, max_steps=64, fused_commit=True,
+                           trace=lambda b, s, x, lg: (steps.append(b), masks_before.append(int((x == model.config.mask_token_id).sum()))))
+    for b in set(steps):
+        assert steps.count(b) <= block
+    # each step unmasks >= 1: the mask count strictly decreases inside a block
+    counts = {}
+    for b, m in zip(steps, masks_before):
+        counts.setdefault(b, []).append(m)
+    for seq in counts.values():
+        assert seq[0] == block and all(a > b for a, b in zip(seq, seq[1:]))
+
+
+def test_fixed_strategy_uses_fixed_step_count():
+    model = tiny_qwen3(TOK, peaky=6.0, seed=12)
+    (g,) = generate(model, TOK, [synthetic_prompt(TOK, 6)], DecodeConfig(block_size=8, strategy="fixed",
+                                                                         max_steps_per_block=4, max_new_tokens=16))
+    assert len(g.token_ids) == 16 and g.forwards == 2 * 4  # 2 blocks x 4 steps (prefill + commit fused)
+    assert fixed_schedule(8, 3) == [3, 3, 2] and fixed_schedule(4, 32) == [1, 1, 1, 1]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 6), st.integers(1, 12), st.floats(0.0, 1.0), st.integers(0, 10_000))
+def test_threshold_selection_property(n, b, tau, seed):
+    g = torch.Generator().manual_seed(seed)
+    conf = torch.rand(n, b, generator=g)
+    masked = torch.rand(n, b, generator=g) < 0.6
+    sel = select_threshold(conf, masked, tau)
+    assert not (sel & ~masked).any()  # only masked positions
+    has = masked.any(1)
+    assert (sel.sum(1)[has] >= 1).all()  # at least one per row with masks
+    assert ((conf >= tau) & masked & ~sel).sum() == 0  # every confident masked position
+    best = conf.masked_fill(~masked, -1).argmax(1)
+    assert sel[has, best[has]].all()
+
+
+def test_grammar_forces_template():
+    from wamdiff.decoding import Grammar
+
+    model = tiny_qwen3(TOK, peaky=6.0, seed=13)
+    gram = Grammar.from_template(TOK, "SD.D,SD.D")
+    for mode in ("ar", "block"):
+        (g,) = generate(model, TOK, [synthetic_prompt(TOK, 5)], DecodeConfig(mode=mode, block_size=4, grammar=gram,
+                                                                           max_new_tokens=16))
+        toks = TOK.convert_ids_to_tokens(g.token_ids)
+        assert toks[-1] == IM_END and len(toks) == 10 and g.finished
+        assert toks[0] in "+-" and toks[1].isdigit() and toks[2] == "." and toks[4] == ","
+
+
+def test_bad_config_raises():
+    with pytest.raises(ValueError, match="mode"):
+        DecodeConfig(mode="beam")
+    with pytest.raises(ValueError, match="threshold"):
+        DecodeConfig(threshold=1.5)

@@ -1,0 +1,271 @@
+"""Golden tests of the training forwards against independent computations (plain HF causal forward, a KV-cache
+block decode written here), plus block-causality properties. fp32, tiny presets."""
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from transformers import DynamicCache, Qwen3ForCausalLM, Qwen3VLForConditionalGeneration
+
+from wamdiff.diffusion.forward import ar_forward, diffusion_forward
+from wamdiff.diffusion.masks import decode_block_mask, decode_position_ids, prefill_mask
+from wamdiff.models import build_config, build_tokenizer, encode_answer, encode_prompt, to_diffusion
+
+TOL = 1e-5
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return build_tokenizer()
+
+
+def _pair(tok, vision):
+    """(unmodified HF model, converted copy) with identical random weights."""
+    torch.manual_seed(0)
+    cls = Qwen3VLForConditionalGeneration if vision else Qwen3ForCausalLM
+    ref = cls(build_config("tiny", tok, vision=vision)).eval()
+    return ref, to_diffusion(copy.deepcopy(ref), 1, tokenizer=tok)
+
+
+@pytest.fixture(scope="module")
+def qwen3(tok):
+    return _pair(tok, False)
+
+
+@pytest.fixture(scope="module")
+def qwen3vl(tok):
+    return _pair(tok, True)
+
+
+def _image(seed=0):
+    return (np.random.RandomState(seed).rand(64, 64, 3) * 255).astype(np.uint8)
+
+
+def _vl_inputs(tok, answer="1.25,-3.50,2.00"):
+    ep = encode_prompt(tok, "Here is a front-view image: <image>\nThe navigation information is: right", [_image()])
+    ans = encode_answer(tok, answer)
+    one = lambda x: torch.ones(1, x.shape[-1], dtype=torch.bool)  # noqa: E731
+    kw = dict(prompt_ids=ep.input_ids[None], prompt_mask=one(ep.input_ids), pixel_values=ep.pixel_values,
+              image_grid_thw=ep.image_grid_thw, mm_token_type_ids=ep.mm_token_type_ids[None])
+    return ep, ans[None], one(ans), kw
+
+
+def _text_batch(tok, prompts, answers, width_multiple):
+    """Left-padded prompts, right-padded answers (PAD) to a multiple of B; answer_mask = own width."""
+    pad = tok.pad_token_id
+    p_ids = [torch.tensor(tok.encode(p, add_special_tokens=False)) for p in prompts]
+    a_ids = [encode_answer(tok, a) for a in answers]
+    P = max(len(x) for x in p_ids)
+    own = [-(-len(x) // width_multiple) * width_multiple for x in a_ids]
+    A = max(own)
+    prompt_ids = torch.full((len(prompts), P), pad)
+    prompt_mask = torch.zeros(len(prompts), P, dtype=torch.bool)
+    x0 = torch.full((len(prompts), A), pad)
+    answer_mask = torch.zeros(len(prompts), A, dtype=torch.bool)
+    for i, (p, a) in enumerate(zip(p_ids, a_ids)):
+        prompt_ids[i, P - len(p):], prompt_mask[i, P - len(p):] = p, True
+        x0[i, : len(a)], answer_mask[i, : own[i]] = a, True
+    return prompt_ids, prompt_mask, x0, answer_mask
+
+
+PROMPTS = ["The navigation information is: left\nHow many vehicles are ahead within 30 m?",
+           "Is the lead vehicle braking?"]
+ANSWERS = ["2", "yes, keep lane 1.25,-0.50"]
+
+
+def _noisy(x0, answer_mask, mask_id, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return x0.masked_fill((torch.rand(x0.shape, generator=g) < 0.5) & answer_mask, mask_id)
+
+
+# ----------------------------------------------------------------------------------- B = 1 is the AR model
+
+
+@torch.no_grad()
+def test_b1_x0_stream_equals_plain_causal_qwen3(tok, qwen3):
+    ref, model = qwen3
+    p = torch.tensor(tok.encode(PROMPTS[0], add_special_tokens=False))[None]
+    a = encode_answer(tok, ANSWERS[1])[None]
+    plain = ref(input_ids=torch.cat([p, a], 1)).logits
+    ones = lambda x: torch.ones_like(x, dtype=torch.bool)  # noqa: E731
+    _, x0_logits = diffusion_forward(model, prompt_ids=p, prompt_mask=ones(p), x0=a, xt=a, answer_mask=ones(a),
+                                     block_size=1, return_x0=True)
+    assert (x0_logits - plain[:, p.shape[1]:]).abs().max() <= TOL
+    ar = ar_forward(model, prompt_ids=p, prompt_mask=ones(p), answer=a, answer_mask=ones(a))
+    assert (ar - plain[:, p.shape[1] - 1: -1]).abs().max() <= TOL
+
+
+@torch.no_grad()
+def test_b1_x0_stream_equals_plain_causal_qwen3vl_with_image(tok, qwen3vl):
+    ref, model = qwen3vl
+    ep, a, am, kw = _vl_inputs(tok)
+    assert int(ep.mm_token_type_ids.sum()) == 16  # 64x64 image -> 16 image tokens
+    tt = torch.nn.functional.pad(ep.mm_token_type_ids, (0, a.shape[1]))[None]
+    plain = ref(input_ids=torch.cat([ep.input_ids[None], a], 1), pixel_values=ep.pixel_values,
+                image_grid_thw=ep.image_grid_thw, mm_token_type_ids=tt).logits
+    _, x0_logits = diffusion_forward(model, x0=a, xt=a, answer_mask=am, block_size=1, return_x0=True, **kw)
+    P = ep.input_ids.numel()
+    assert (x0_logits - plain[:, P:]).abs().max() <= TOL
+    ar = ar_forward(model, answer=a, answer_mask=am, **kw)
+    assert (ar - plain[:, P - 1: -1]).abs().max() <= TOL
+
+
+# ------------------------------------------------------------------------------- encodings agree (inference)
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("vision", [False, True])
+def test_sdpa_eager_flex_agree(tok, qwen3, qwen3vl, vision):
+    model = (qwen3vl if vision else qwen3)[1]
+    B = 4
+    if vision:
+        _, x0, am, kw = _vl_inputs(tok, "0.50,1.00,1.50,2.00,2.50")
+    else:
+        p, pm, x0, am = _text_batch(tok, PROMPTS, ANSWERS, B)
+        kw = dict(prompt_ids=p, prompt_mask=pm)
+    xt = _noisy(x0, am, model.config.mask_token_id)
+    out = {e: diffusion_forward(model, x0=x0, xt=xt, answer_mask=am, block_size=B, attn=e, **kw) for e in ("sdpa", "eager", "flex")}
+    real = am[..., None]
+    for e in ("eager", "flex"):
+        assert ((out[e] - out["sdpa"]) * real).abs().max() <= TOL, e
+    assert torch.isfinite(out["sdpa"]).all()
+
+
+# ------------------------------------------------------- training logits == KV-cache block decode logits
+
+
+def _cached_forward(model, ids, mask, pos, cache, **extra):
+    return model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache, use_cache=True, **extra).logits
+
+
+@torch.no_grad()
+def test_training_equals_kv_cache_decode_qwen3(tok, qwen3):
+    """For every block b: prefill the (left-padded) prompt, commit clean blocks < b block by block into a
+    DynamicCache, run noisy block b on top, crop it away; compare with the one-shot training forward."""
+    model = qwen3[1]
+    B = 4
+    p, pm, x0, am = _text_batch(tok, PROMPTS, ANSWERS, B)
+    xt = _noisy(x0, am, model.config.mask_token_id)
+    train = diffusion_forward(model, prompt_ids=p, prompt_mask=pm, x0=x0, xt=xt, answer_mask=am, block_size=B)
+
+    n, P = p.shape
+    causal = torch.ones(P, P, dtype=torch.bool).tril()
+    mask = ((causal[None] & pm[:, None, :]) | torch.eye(P, dtype=torch.bool))[:, None]
+    assert torch.equal(mask, prefill_mask(pm))
+    pos = (pm.long().cumsum(1) - 1).clamp_min(0)
+    cache = DynamicCache(config=model.config)
+    _cached_forward(model, p, mask, pos, cache)
+    valid, n_real = pm.clone(), pm.sum(1)
+    for b in range(x0.shape[1] // B):
+        cols = slice(b * B, (b + 1) * B)
+        block_mask = torch.cat([valid[:, None, :].expand(n, B, -1), torch.ones(n, B, B, dtype=torch.bool)], -1)[:, None]
+        assert torch.equal(block_mask, decode_block_mask(valid, B))
+        block_pos = n_real[:, None] + b * B + torch.arange(B)
+        assert torch.equal(block_pos, decode_position_ids(n_real, b * B, B, mrope=False))
+        noisy = _cached_forward(model, xt[:, cols], block_mask, block_pos, cache)
+        cache.crop(-B)
+        real = am[:, cols, None]
+        assert ((noisy - train[:, cols]) * real).abs().max() <= TOL, f"block {b}"
+        _cached_forward(model, x0[:, cols], block_mask, block_pos, cache)  # commit the clean block
+        valid = torch.cat([valid, am[:, cols]], 1)
+
+
+@torch.no_grad()
+def test_training_equals_kv_cache_decode_qwen3vl(tok, qwen3vl):
+    """Same for Qwen3-VL with an image: the prefill is HF's own (it computes M-RoPE and caches rope_deltas);
+    the answer blocks use positions P + rope_delta + offset on all three rows."""
+    model = qwen3vl[1]
+    B = 4
+    ep, x0, am, kw = _vl_inputs(tok, "0.50,1.00,1.50,2.00,2.50")
+    pad = -x0.shape[1] % B
+    x0 = torch.nn.functional.pad(x0, (0, pad), value=tok.pad_token_id)
+    am = torch.ones_like(x0, dtype=torch.bool)
+    xt = _noisy(x0, am, model.config.mask_token_id, seed=1)
+    train = diffusion_forward(model, x0=x0, xt=xt, answer_mask=am, block_size=B, **kw)
+
+    P = ep.input_ids.numel()
+    cache = DynamicCache(config=model.config.text_config)
+    model.model.rope_deltas = None
+    model(input_ids=ep.input_ids[None], pixel_values=ep.pixel_values, image_grid_thw=ep.image_grid_thw,
+          mm_token_type_ids=ep.mm_token_type_ids[None], cache=cache, use_cache=True)
+    start = P + int(model.model.rope_deltas)
+    block_mask = torch.ones(1, 1, B, 1, dtype=torch.bool)
+    for b in range(x0.shape[1] // B):
+        cols = slice(b * B, (b + 1) * B)
+        C = cache.get_seq_length()
+        block_mask = torch.ones(1, 1, B, C + B, dtype=torch.bool)
+        block_pos = (start + b * B + torch.arange(B)).view(1, 1, B).expand(3, 1, B)
+        noisy = _cached_forward(model, xt[:, cols], block_mask, block_pos, cache)
+        cache.crop(-B)
+        assert (noisy - train[:, cols]).abs().max() <= TOL, f"block {b}"
+        _cached_forward(model, x0[:, cols], block_mask, block_pos, cache)
+
+
+# -------------------------------------------------------------------------------- block-causality properties
+
+
+@settings(max_examples=12, deadline=None)
+@given(st.data())
+def test_block_causality_properties(tok, qwen3, data):
+    model = qwen3[1]
+    draw = data.draw
+    B = draw(st.integers(1, 4), label="B")
+    n_blocks = draw(st.integers(2, 4), label="n_blocks")
+    n, P, A = 2, draw(st.integers(1, 6)), B * n_blocks
+    V = model.config.vocab_size
+    g = torch.Generator().manual_seed(draw(st.integers(0, 1000)))
+    p = torch.randint(0, V, (n, P), generator=g)
+    pm = torch.ones(n, P, dtype=torch.bool)
+    pm[0, : draw(st.integers(0, P - 1))] = False  # left padding
+    x0 = torch.randint(0, V, (n, A), generator=g)
+    xt = x0.masked_fill(torch.rand(n, A, generator=g) < 0.5, model.config.mask_token_id)
+    am = torch.ones(n, A, dtype=torch.bool)
+    am[1, A - draw(st.integers(0, B - 1)):] = False  # a narrower second answer
+    run = lambda x0_, xt_: diffusion_forward(model, prompt_ids=p, prompt_mask=pm, x0=x0_, xt=xt_,  # noqa: E731
+                                             answer_mask=am, block_size=B)
+    with torch.no_grad():
+        base = run(x0, xt)
+        b = draw(st.integers(0, n_blocks - 2), label="block")
+        j = draw(st.integers((b + 1) * B, A - 1), label="later column")
+        later_xt, later_x0 = xt.clone(), x0.clone()
+        later_xt[0, j] = (later_xt[0, j] + 1) % V
+        later_x0[0, j] = (later_x0[0, j] + 1) % V
+        upto = slice(0, (b + 1) * B)
+        # a later block (noisy or clean) never changes the logits of blocks <= b
+        assert (run(x0, later_xt)[:, upto] - base[:, upto]).abs().max() <= 1e-6
+        assert (run(later_x0, xt)[:, upto] - base[:, upto]).abs().max() <= 1e-6
+        # the clean copy of block b itself is invisible to noisy block b (no answer leak)
+        same_x0 = x0.clone()
+        same_x0[0, b * B: (b + 1) * B] = (same_x0[0, b * B: (b + 1) * B] + 1) % V
+        assert (run(same_x0, xt)[:, upto] - base[:, upto]).abs().max() <= 1e-6
+        if B > 1:  # a token inside the same noisy block changes its neighbours (bidirectional block)
+            i, k = b * B, b * B + 1
+            inside = xt.clone()
+            inside[0, k] = (inside[0, k] + 1) % V
+            assert (run(x0, inside)[0, i] - base[0, i]).abs().max() > 1e-4
+        # the clean block b changes noisy block b+1
+        assert (run(same_x0, xt)[0, (b + 1) * B] - base[0, (b + 1) * B]).abs().max() > 1e-4
+
+
+# -------------------------------------------------------------------------------------------- bad inputs
+
+
+def test_bad_inputs_raise_clear_errors(tok, qwen3):
+    model = qwen3[1]
+    p = torch.ones(1, 3, dtype=torch.long)
+    pm = torch.ones(1, 3, dtype=torch.bool)
+    a = torch.ones(1, 4, dtype=torch.long)
+    am = torch.ones(1, 4, dtype=torch.bool)
+    with pytest.raises(ValueError, match="block_size"):
+        diffusion_forward(model, prompt_ids=p, prompt_mask=pm, x0=a, xt=a, answer_mask=am, block_size=0)
+    with pytest.raises(ValueError, match="answer is missing"):
+        diffusion_forward(model, prompt_ids=p, prompt_mask=pm, x0=a[:, :0], xt=a[:, :0], answer_mask=am[:, :0], block_size=2)
+    with pytest.raises(ValueError, match="answer is missing"):
+        ar_forward(model, prompt_ids=p, prompt_mask=pm, answer=None, answer_mask=am)
+    long_p = torch.ones(1, model.config.max_position_embeddings, dtype=torch.long)
+    with pytest.raises(ValueError, match="max_position_embeddings"):
+        diffusion_forward(model, prompt_ids=long_p, prompt_mask=torch.ones_like(long_p, dtype=torch.bool), x0=a, xt=a,
+                          answer_mask=am, block_size=2)
