@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from transformers import DynamicCache, Qwen3ForCausalLM, Qwen3VLForConditionalGeneration
 
 from wamdiff.diffusion.forward import ar_forward, diffusion_forward
-from wamdiff.diffusion.masks import decode_block_mask, decode_position_ids, prefill_mask
+from wamdiff.diffusion.masks import decode_block_mask, decode_position_ids, prefill_mask, prefix_position_ids
 from wamdiff.models import build_config, build_tokenizer, encode_answer, encode_prompt, to_diffusion
 
 TOL = 1e-5
@@ -165,10 +165,11 @@ def test_training_equals_kv_cache_decode_qwen3(tok, qwen3):
         assert torch.equal(block_mask, decode_block_mask(valid, B))
         block_pos = n_real[:, None] + b * B + torch.arange(B)
         assert torch.equal(block_pos, decode_position_ids(n_real, b * B, B, mrope=False))
-        noisy = _cached_forward(model, xt[:, cols], block_mask, block_pos, cache)
-        cache.crop(-B)
         real = am[:, cols, None]
-        assert ((noisy - train[:, cols]) * real).abs().max() <= TOL, f"block {b}"
+        for enc in ("sdpa", "eager", "flex"):  # every encoding of the decode mask, each step cropped away
+            noisy = _cached_forward(model, xt[:, cols], decode_block_mask(valid, B, enc), block_pos, cache)
+            cache.crop(-B)
+            assert ((noisy - train[:, cols]) * real).abs().max() <= TOL, f"block {b} {enc}"
         _cached_forward(model, x0[:, cols], block_mask, block_pos, cache)  # commit the clean block
         valid = torch.cat([valid, am[:, cols]], 1)
 
@@ -192,12 +193,13 @@ def test_training_equals_kv_cache_decode_qwen3vl(tok, qwen3vl):
     model(input_ids=ep.input_ids[None], pixel_values=ep.pixel_values, image_grid_thw=ep.image_grid_thw,
           mm_token_type_ids=ep.mm_token_type_ids[None], cache=cache, use_cache=True)
     start = P + int(model.model.rope_deltas)
-    block_mask = torch.ones(1, 1, B, 1, dtype=torch.bool)
+    assert int(prefix_position_ids(model, kw["prompt_ids"], kw["prompt_mask"], image_grid_thw=ep.image_grid_thw)[1]) == start
     for b in range(x0.shape[1] // B):
         cols = slice(b * B, (b + 1) * B)
         C = cache.get_seq_length()
         block_mask = torch.ones(1, 1, B, C + B, dtype=torch.bool)
         block_pos = (start + b * B + torch.arange(B)).view(1, 1, B).expand(3, 1, B)
+        assert torch.equal(block_pos, decode_position_ids(torch.tensor([start]), b * B, B, mrope=True))
         noisy = _cached_forward(model, xt[:, cols], block_mask, block_pos, cache)
         cache.crop(-B)
         assert (noisy - train[:, cols]).abs().max() <= TOL, f"block {b}"
@@ -269,3 +271,76 @@ def test_bad_inputs_raise_clear_errors(tok, qwen3):
     with pytest.raises(ValueError, match="max_position_embeddings"):
         diffusion_forward(model, prompt_ids=long_p, prompt_mask=torch.ones_like(long_p, dtype=torch.bool), x0=a, xt=a,
                           answer_mask=am, block_size=2)
+
+
+@torch.no_grad()
+def test_padding_and_batching_do_not_change_logits_qwen3vl(tok, qwen3vl):
+    """A left-padded batch of two image prompts gives each sample the logits it gets alone."""
+    model = qwen3vl[1]
+    B = 4
+    eps = [encode_prompt(tok, "<image>\nThe navigation information is: left", [_image(1)]),
+           encode_prompt(tok, "Here is a front-view image: <image>\nIs the lead vehicle braking?", [_image(2)])]
+    answers = [encode_answer(tok, "yes"), encode_answer(tok, "0.50,1.00,1.50")]
+    P, A = max(e.input_ids.numel() for e in eps), -(-max(a.numel() for a in answers) // B) * B
+    p = torch.full((2, P), tok.pad_token_id)
+    pm = torch.zeros(2, P, dtype=torch.bool)
+    tt = torch.zeros(2, P, dtype=torch.long)
+    x0 = torch.full((2, A), tok.pad_token_id)
+    am = torch.zeros(2, A, dtype=torch.bool)
+    for i, (e, a) in enumerate(zip(eps, answers)):
+        n = e.input_ids.numel()
+        p[i, P - n:], pm[i, P - n:], tt[i, P - n:] = e.input_ids, True, e.mm_token_type_ids
+        x0[i, : a.numel()], am[i, : -(-a.numel() // B) * B] = a, True
+    xt = _noisy(x0, am, model.config.mask_token_id, seed=3)
+    both = diffusion_forward(model, prompt_ids=p, prompt_mask=pm, x0=x0, xt=xt, answer_mask=am, block_size=B,
+                             pixel_values=torch.cat([e.pixel_values for e in eps]),
+                             image_grid_thw=torch.cat([e.image_grid_thw for e in eps]), mm_token_type_ids=tt)
+    for i, e in enumerate(eps):
+        w = int(am[i].sum())
+        alone = diffusion_forward(model, prompt_ids=e.input_ids[None], prompt_mask=torch.ones(1, e.input_ids.numel(), dtype=torch.bool),
+                                  x0=x0[i:i + 1, :w], xt=xt[i:i + 1, :w], answer_mask=am[i:i + 1, :w], block_size=B,
+                                  pixel_values=e.pixel_values, image_grid_thw=e.image_grid_thw,
+                                  mm_token_type_ids=e.mm_token_type_ids[None])
+        assert (both[i, :w] - alone[0]).abs().max() <= TOL
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_training_step_backward_is_finite(tok, attn):
+    """One masked-diffusion step on a left-padded Qwen3-VL batch: finite loss, gradients reach the vision tower."""
+    from wamdiff.diffusion.losses import masked_diffusion_loss
+    from wamdiff.diffusion.noising import add_noise
+
+    torch.manual_seed(0)
+    model = to_diffusion(Qwen3VLForConditionalGeneration(build_config("tiny", tok)), 4, tokenizer=tok).train()
+    ep, x0, am, kw = _vl_inputs(tok, "0.50,1.00")
+    x0 = torch.nn.functional.pad(x0, (0, -x0.shape[1] % 4), value=tok.pad_token_id)
+    am = torch.ones_like(x0, dtype=torch.bool)
+    nz = add_noise(x0, am, 4, tok.mask_token_id, generator=torch.Generator().manual_seed(0))
+    logits = diffusion_forward(model, x0=x0, xt=nz.xt, answer_mask=am, block_size=4, attn=attn, **kw)
+    loss = masked_diffusion_loss(logits, x0, nz.masked, nz.t, am)
+    loss.backward()
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    assert torch.isfinite(loss) and all(torch.isfinite(g).all() for g in grads)
+    assert model.model.visual.patch_embed.proj.weight.grad.abs().sum() > 0
+
+
+@torch.no_grad()
+def test_fused_commit_and_next_block_step_equals_training(tok, qwen3):
+    """decode_block_mask(n_blocks=2): [clean block b-1 | noisy block b] in one forward on a cache holding the
+    prompt + blocks < b-1 gives noisy block b its training logits (and commits b-1 to the cache)."""
+    model = qwen3[1]
+    B = 2
+    p, pm, x0, am = _text_batch(tok, PROMPTS, ANSWERS, B)
+    xt = _noisy(x0, am, model.config.mask_token_id, seed=5)
+    train = diffusion_forward(model, prompt_ids=p, prompt_mask=pm, x0=x0, xt=xt, answer_mask=am, block_size=B)
+    cache = DynamicCache(config=model.config)
+    _cached_forward(model, p, prefill_mask(pm), (pm.long().cumsum(1) - 1).clamp_min(0), cache)
+    valid, n_real = pm.clone(), pm.sum(1)
+    for b in range(1, x0.shape[1] // B):
+        prev, cols = slice((b - 1) * B, b * B), slice(b * B, (b + 1) * B)
+        ids = torch.cat([x0[:, prev], xt[:, cols]], 1)
+        logits = _cached_forward(model, ids, decode_block_mask(valid, B, n_blocks=2),
+                                 decode_position_ids(n_real, (b - 1) * B, 2 * B, mrope=False), cache)
+        cache.crop(-B)  # keep the committed clean block, drop the noisy one
+        assert ((logits[:, B:] - train[:, cols]) * am[:, cols, None]).abs().max() <= TOL, f"block {b}"
+        valid = torch.cat([valid, am[:, prev]], 1)

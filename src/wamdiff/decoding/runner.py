@@ -100,7 +100,7 @@ class StepRunner:
         elif impl not in ("sdpa", "wamdiff_mask_dispatch", None):
             raise ValueError(f"decoding supports sdpa/eager attention, the model uses {impl!r}")
         self.allow = allow[:, None]  # [N, 1, S, S]
-        self._mask_cache: dict[tuple[int, int], torch.Tensor] = {}
+        self._mask_cache: dict[tuple[int, int], tuple] = {}
 
         # position ids for every slot
         pos, next_pos = prefix_position_ids(
@@ -124,11 +124,15 @@ class StepRunner:
             self._step.runner = self
 
     # ------------------------------------------------------------------------------------------ forwards
-    def mask(self, q0: int, q1: int) -> torch.Tensor:
-        m = self._mask_cache.get((q0, q1))
-        if m is None:
-            m = self._mask_cache[(q0, q1)] = self.allow[:, :, q0:q1, :].contiguous()
-        return m
+    def slot_inputs(self, q0: int, q1: int):
+        """(mask, position ids, cache write index) for queries at slots [q0, q1): contiguous tensors made once per
+        slot range and reused (a denoising loop asks for the same range every step)."""
+        got = self._mask_cache.get((q0, q1))
+        if got is None:
+            got = self._mask_cache[(q0, q1)] = (
+                self.allow[:, :, q0:q1, :].contiguous(), self.pos[..., q0:q1].contiguous(), self.slots[q0:q1].clone()
+            )
+        return got
 
     def _step_eager(self, ids, mask, pos, keep: int):
         if self.vl:
@@ -143,17 +147,15 @@ class StepRunner:
 
     def forward(self, ids: torch.LongTensor, q0: int, keep: int) -> torch.Tensor:
         """Run queries `ids` [N, Q] at slots [q0, q0+Q): their K/V are written there; logits of the last `keep`."""
-        q1 = q0 + ids.shape[1]
-        self.cache.write_index = self.slots[q0:q1]
-        return self._step(ids, self.mask(q0, q1), self.pos[..., q0:q1], keep)
+        mask, pos, index = self.slot_inputs(q0, q0 + ids.shape[1])
+        self.cache.write_index = index
+        return self._step(ids, mask, pos, keep)
 
     def prefill(self, extra: torch.LongTensor | None, keep: int) -> torch.Tensor:
         """The prompt forward (pixels only here), optionally with `extra` query tokens appended at slot P (the
         first denoising step of block 0 when commits are fused). Returns logits of the last `keep` queries."""
         ids = self.batch.ids if extra is None else torch.cat([self.batch.ids, extra], dim=1)
-        q1 = ids.shape[1]
-        self.cache.write_index = self.slots[:q1]
-        mask, pos = self.mask(0, q1), self.pos[..., :q1]
+        mask, pos, self.cache.write_index = self.slot_inputs(0, ids.shape[1])
         if not self.vl:
             return self._step_eager(ids, mask, pos, keep)
         b = self.batch

@@ -20,12 +20,13 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 from transformers.models.qwen3.modeling_qwen3 import eager_attention_forward
 
 ATTN_IMPL = "wamdiff_mask_dispatch"
-warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
 
 
 def _flex_eager(module, query, key, value, block_mask, scaling=None, **kwargs):
     """Uncompiled flex attention: transformers compiles it on first use (~20 s on CPU, per shape)."""
-    out = flex_attention(query, key, value, block_mask=block_mask, scale=scaling, enable_gqa=key.shape[1] != query.shape[1])
+    with warnings.catch_warnings():  # "called without torch.compile": intended here
+        warnings.simplefilter("ignore", UserWarning)
+        out = flex_attention(query, key, value, block_mask=block_mask, scale=scaling, enable_gqa=key.shape[1] != query.shape[1])
     return out.transpose(1, 2).contiguous(), None
 
 

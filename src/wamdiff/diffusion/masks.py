@@ -14,6 +14,7 @@ no row is fully masked (a pad query's output is garbage but finite, and ignored)
 
 from __future__ import annotations
 
+import operator
 from typing import Literal
 
 import torch
@@ -23,9 +24,13 @@ PREFIX, X0, XT = 0, 1, 2
 
 
 def check_block_size(block_size: int) -> int:
-    if not isinstance(block_size, int) or isinstance(block_size, bool) or block_size <= 0:
+    try:
+        b = operator.index(block_size)  # ints, numpy / torch integer scalars; not floats or bools
+    except TypeError:
+        b = None
+    if b is None or isinstance(block_size, bool) or b <= 0:
         raise ValueError(f"block_size must be a positive int, got {block_size!r}")
-    return block_size
+    return b
 
 
 def block_ids(n_tokens: int, block_size: int, device=None) -> torch.LongTensor:
@@ -34,7 +39,7 @@ def block_ids(n_tokens: int, block_size: int, device=None) -> torch.LongTensor:
 
 
 def layout_rule(q_seg, q_blk, q_idx, k_seg, k_blk, k_idx):
-    """The [prefix | x0 | xt] rule (works on broadcast tensors and inside a flex ``mask_mod``). Five parts:
+    """The [prefix | x0 | xt] rule, elementwise (broadcast tensors, or scalars in a flex ``mask_mod``). Five parts:
 
     1. prefix causal:          prefix query sees prefix keys at or before it (token-causal, independent of B);
     2. answer sees prefix:     x0 and xt queries see the whole prefix;
@@ -99,8 +104,7 @@ def decode_block_mask_dense(cache_valid: torch.Tensor, block_len: int, n_blocks:
     dev = cache_valid.device
     qb = torch.arange(q, device=dev) // block_len
     in_block = qb[None, :] <= qb[:, None]  # [Q, Q] block-causal
-    keys = torch.cat([cache_valid.bool()[:, None, :].expand(n, q, c), in_block[None].expand(n, q, q)], dim=2)
-    return keys
+    return torch.cat([cache_valid.bool()[:, None, :].expand(n, q, c), in_block[None].expand(n, q, q)], dim=2)
 
 
 def encode_mask(dense: torch.Tensor, encoding: Encoding = "sdpa", dtype: torch.dtype = torch.float32):

@@ -118,6 +118,7 @@ def _meta(world: World) -> dict:
     return {
         "ego_lane_index": [str(x) for x in world.ego.lane_index],
         "ego_lane_id": int(world.ego.lane_index[2]),
+        "ego_road_lanes": len(world.road.network.graph[world.ego.lane_index[0]][world.ego.lane_index[1]]),
         "route_lanes": [[str(x) for x in li] for li in world.plan.lanes],
         "route_destination": world.plan.destination,
         "config": {k: v for k, v in world.config.__dict__.items()},
@@ -151,6 +152,8 @@ def generate_scene(family: str, seed: int, split: str = "train", camera: CameraC
             tracks[key][k] = _vehicle_state(v)
         if world.ego.crashed:
             return Drop(family, seed, "crash", f"at t={world.time:.1f}s")
+        if k == 40:
+            meta["ego_lane_index_4s"] = [str(x) for x in world.ego.lane_index]
     ego_log = world.ego_log()[-AGENT_STEPS:]  # t0 .. t0 + 5 s
     states = ego_log[:41]
     bad = comfort_violations(states[:, 1:4], states[:, 6])

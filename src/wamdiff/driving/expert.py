@@ -1,9 +1,11 @@
 """The expert driver (IDM + route-instructed lane changes) and the nuPlan comfort check used to drop runs.
 
 `ExpertVehicle` is highway-env's `IDMVehicle` with comfort-clamped parameters:
-- longitudinal: IDM toward `target_speed`, capped by a curve-speed limit read from the planned route (lateral
-  acceleration <= 2.5 m/s^2 and yaw rate <= 0.6 rad/s at every route point within the braking distance), the
-  result clipped to [-4, 2] m/s^2 and rate-limited (jerk 3 m/s^3 up, 8 m/s^3 down: braking may ramp fast);
+- longitudinal: IDM toward `desired_speed` (a = 1.2 m/s^2, b = 2.5 m/s^2, T = 1.6 s), capped by a curve-speed
+  limit read from the planned route (lateral acceleration <= 2.5 m/s^2 and yaw rate <= 0.6 rad/s at every route
+  point within the braking distance), clipped to [-3.5, 1.5] m/s^2 and rate-limited (jerk 1.5 m/s^3 up,
+  4 m/s^3 down); a junction yield (intersection priority rules) is a -3 m/s^2 deceleration to a stop, ignored once the ego
+  is inside the junction (clearing it is safer than stopping in it);
 - lateral: highway-env's lane-following controller, with the steering rate limited; lane changes happen ONLY
   where the route asks for one (discretionary MOBIL changes are off so the ego stays on its route), and only
   when MOBIL's safety criterion holds (nobody, ego included, must brake harder than 2 m/s^2).
@@ -104,15 +106,16 @@ class IntersectionTrafficVehicle(FastIDMMixin, IDMVehicle):
 
 
 class ExpertVehicle(FastIDMMixin, IDMVehicle):
-    ACC_MAX = 2.0
-    ACC_MIN = -4.0
-    COMFORT_ACC_MAX = 1.5
-    COMFORT_ACC_MIN = -3.0
+    ACC_MAX = 1.5
+    ACC_MIN = -3.5
+    COMFORT_ACC_MAX = 1.2
+    COMFORT_ACC_MIN = -2.5
     DISTANCE_WANTED = 8.0
-    TIME_WANTED = 1.5
+    TIME_WANTED = 1.6
     DELTA = 4.0
-    JERK_UP = 3.0
-    JERK_DOWN = 8.0
+    JERK_UP = 1.5
+    JERK_DOWN = 4.0
+    YIELD_DECEL = -3.0  # m/s^2 when the junction's priority rules tell the ego to give way (not once inside)
     MAX_LAT_ACC = 2.5
     MAX_YAW_RATE = 0.6
     CURVE_BRAKE = 1.5  # m/s^2 planned deceleration toward a curve
@@ -128,6 +131,8 @@ class ExpertVehicle(FastIDMMixin, IDMVehicle):
         self.hold_state = False  # True: do not integrate in step() (pose written externally each tick)
         self.prev_accel = 0.0
         self.prev_steer = 0.0
+        self.desired_speed = float(speed)
+        self.is_junction_lane = lambda lane_index: False  # set by the World: inside a junction, never stop
 
     # -- decisions ---------------------------------------------------------------------------------
     def act(self, action=None):
@@ -139,16 +144,22 @@ class ExpertVehicle(FastIDMMixin, IDMVehicle):
             return
         self.follow_road()
         self._route_lane_change()
-        steer = float(np.clip(self.steering_control(self.target_lane_index), -self.MAX_STEERING_ANGLE, self.MAX_STEERING_ANGLE))
+        steer = self.steering_control(self.target_lane_index)
         dt = 0.1
-        steer = float(np.clip(steer, self.prev_steer - self.STEER_RATE * dt, self.prev_steer + self.STEER_RATE * dt))
+        steer = _clip(steer, self.prev_steer - self.STEER_RATE * dt, self.prev_steer + self.STEER_RATE * dt)
+        # RegulatedRoad (intersection) writes target_speed = 0 to make a vehicle yield and later resets it to the
+        # lane's limit: keep our own desired speed and turn a yield into a bounded, smooth deceleration instead.
+        yielding = bool(getattr(self, "is_yielding", False)) and not self.is_junction_lane(self.lane_index)
+        self.target_speed = self.desired_speed
         front, rear = self.road.neighbour_vehicles(self, self.lane_index)
         acc = self.acceleration(self, front, rear)
         if self.lane_index != self.target_lane_index:
             front, rear = self.road.neighbour_vehicles(self, self.target_lane_index)
             acc = min(acc, self.acceleration(self, front, rear))
-        acc = float(np.clip(acc, self.ACC_MIN, self.ACC_MAX))
-        acc = float(np.clip(acc, self.prev_accel - self.JERK_DOWN * dt, self.prev_accel + self.JERK_UP * dt))
+        if yielding:
+            acc = min(acc, self.YIELD_DECEL if self.speed > 0.5 else -self.speed / dt)
+        acc = _clip(acc, self.ACC_MIN, self.ACC_MAX)
+        acc = _clip(acc, self.prev_accel - self.JERK_DOWN * dt, self.prev_accel + self.JERK_UP * dt)
         if self.speed <= 0.0 and acc < 0:
             acc = 0.0  # never reverse
         self.prev_accel, self.prev_steer = acc, steer
@@ -175,7 +186,12 @@ class ExpertVehicle(FastIDMMixin, IDMVehicle):
     def curve_speed_cap(self) -> float:
         """Highest speed from which the ego can still slow down comfortably for every curve ahead on its route."""
         s, xy, cap = self.route_profile
-        i = int(np.argmin(np.sum((xy - self.position) ** 2, axis=1)))
+        # nearest route point, searched near the last one (a route may pass close to itself)
+        last = getattr(self, "_route_i", None)
+        lo = 0 if last is None else max(0, last - 20)
+        hi = len(s) if last is None else min(len(s), last + 100)
+        i = lo + int(np.argmin(np.sum((xy[lo:hi] - self.position) ** 2, axis=1)))
+        self._route_i = i
         ahead = slice(i, min(len(s), i + 120))
         d = np.maximum(s[ahead] - s[i], 0.0)
         return float(np.min(np.sqrt(cap[ahead] ** 2 + 2 * self.CURVE_BRAKE * d)))

@@ -144,12 +144,21 @@ class _NoRewardMixin:
                 self._traffic(lane_index, s, rng.uniform(*speed_range))
             s += spacing * rng.uniform(0.6, 1.4)
 
+    def _settle_ego(self) -> None:
+        """Start no faster than a close leader: an emergency brake in the first seconds is a spawn artefact."""
+        ego = self.vehicle
+        front, _ = self.road.neighbour_vehicles(ego, ego.lane_index)
+        if front is not None:
+            gap = ego.lane_distance_to(front)
+            if gap < 3.0 * ego.speed + 10.0:
+                ego.speed = float(min(ego.speed, max(front.speed - 1.0, 0.5 * ego.speed)))
+
     def _make_ego(self, lane_index, s: float, speed_range) -> ExpertVehicle:
         rng = self.np_random
         desired = float(rng.uniform(*speed_range)) * self.wcfg.speed_scale
         lane = self.road.network.get_lane(lane_index)
         ego = ExpertVehicle(self.road, lane.position(s, 0.0), lane.heading_at(s), speed=desired * rng.uniform(0.85, 1.0))
-        ego.target_speed = desired
+        ego.target_speed = ego.desired_speed = desired
         ego.target_lane_index = lane_index
         ego.timer = 0.0
         self.road.vehicles.insert(0, ego)
@@ -170,6 +179,7 @@ class HighwayFamily(_NoRewardMixin, HighwayEnv):
         spacing = (12 + traffic_speed.mean()) * 1.6 / max(cfg.density, 0.05)
         for lane in range(cfg.lanes):
             self._fill_lane(("0", "1", lane), s0 - 70, s0 + 150, [s0] if lane == ego_id else [], traffic_speed, spacing)
+        self._settle_ego()
         self.route_plan = _highway_route(self, ego_id)
 
 
@@ -179,9 +189,9 @@ class MergeFamily(_NoRewardMixin, MergeEnv):
     def _make_vehicles(self) -> None:
         cfg, rng = self.wcfg, self.np_random
         start = rng.choice(["ramp", "right", "left"], p=[0.35, 0.4, 0.25])
-        if start == "ramp":
-            s0 = float(rng.uniform(70, 135))
-            ego = self._make_ego(("j", "k", 0), s0, np.array(cfg.ego_speed) * 0.9)
+        if start == "ramp":  # on the converging ramp section, so the merge is within the command's lookahead
+            s0 = float(rng.uniform(0, 50))
+            ego = self._make_ego(("k", "b", 0), s0, np.array(cfg.ego_speed) * 0.9)
         else:
             ego_id = 1 if start == "right" else 0
             s0 = float(rng.uniform(60, 200))
@@ -193,11 +203,12 @@ class MergeFamily(_NoRewardMixin, MergeEnv):
             self._fill_lane(("a", "b", lane), max(0.0, ego_x - 70), min(229.0, ego_x + 140), [ego_x], traffic_speed, spacing)
             self._fill_lane(("b", "c", lane), 230.0, 310.0, [ego_x], traffic_speed, spacing * 1.5)
         # merging traffic on the ramp
-        for s in (rng.uniform(20, 60), rng.uniform(120, 150)):
-            if start != "ramp" or abs(s - s0) > 25:
+        for s in (rng.uniform(20, 60), rng.uniform(100, 140)):
+            if start != "ramp" or s < 110:
                 if rng.uniform() < min(1.0, 0.7 * cfg.density):
                     v = self._traffic(("j", "k", 0), s, rng.uniform(15, 22) * cfg.speed_scale)
                     v.target_speed = 26.0 * cfg.speed_scale
+        self._settle_ego()
         self.route_plan = _merge_route(self, start)
 
 
@@ -228,6 +239,7 @@ class RoundaboutFamily(_NoRewardMixin, RoundaboutEnv):
                 self._traffic(entry, rng.uniform(30, 110), rng.uniform(*speed), destination=str(rng.choice(["exr", "nxr", "wxr", "sxr"])))
         if rng.uniform() < min(1.0, 0.4 * cfg.density):  # a follower behind the ego
             self._traffic(("ser", "ses", 0), max(0.0, s0 - rng.uniform(20, 35)), rng.uniform(*speed), destination=str(rng.choice(["exr", "nxr", "wxr"])))
+        self._settle_ego()
         self.route_plan = _junction_route(self, destination)
 
 
@@ -254,6 +266,7 @@ class IntersectionFamily(_NoRewardMixin, IntersectionEnv):
             v = self._traffic(lane, s, rng.uniform(*speed), cls=IntersectionTrafficVehicle, destination=f"o{dest}")
             if any(np.linalg.norm(v.position - o.position) < 12 for o in self.road.vehicles if o is not v):
                 self.road.vehicles.remove(v)
+        self._settle_ego()
         self.route_plan = _junction_route(self, destination)
 
 
@@ -307,7 +320,7 @@ def _highway_route(env, ego_id: int) -> RoutePlan:
 def _merge_route(env, start: str) -> RoutePlan:
     rng = env.np_random
     if start == "ramp":
-        lanes = [("j", "k", 0), ("k", "b", 0), ("b", "c", 2), ("b", "c", 1), ("c", "d", 1)]
+        lanes = [("k", "b", 0), ("b", "c", 2), ("b", "c", 1), ("c", "d", 1)]
         return RoutePlan(lanes, [(("b", "c"), 1, float(rng.uniform(5.0, 30.0)))], destination="d")
     ego_id = 1 if start == "right" else 0
     if rng.uniform() < env.wcfg.lane_change_prob:
@@ -404,6 +417,7 @@ class World:
         # highway-env follows roads, not lane changes: give it one entry per road (the lane it should end on)
         self.ego.route = [li for k, li in enumerate(self.plan.lanes) if k + 1 == len(self.plan.lanes) or self.plan.lanes[k + 1][:2] != li[:2]]
         self.ego.lane_changes = list(self.plan.changes)
+        self.ego.is_junction_lane = functools.partial(is_junction_lane, family)
         self._cull()
         self._record()
 
@@ -521,9 +535,19 @@ def make_world(family: str, seed: int, **cfg) -> World:
 
 
 def route_progress(world: World) -> float:
-    """Metres travelled along the route centreline since the world was created (ego projection, clipped >= 0)."""
-    s, _, _ = geo.project_on_polyline(world.route_centerline_world, world.ego_pose()[:2])
-    return max(0.0, s - world.route_start_s)
+    """Metres along the route centreline from where the ego started (its projection, clipped >= 0).
+
+    The projection searches a window around the previous answer (-20 m .. +80 m of arc length), so a route that
+    passes near itself (roundabout arms) cannot make progress jump."""
+    xy, arc = world.route_centerline_world, world.route_arclength
+    last = getattr(world, "_route_s", world.route_start_s)
+    window = np.flatnonzero((arc >= last - 20.0) & (arc <= last + 80.0))
+    if len(window) < 2:
+        window = np.arange(len(arc))
+    lo, hi = window[0], window[-1] + 1
+    s, _, _ = geo.project_on_polyline(xy[lo:hi], world.ego_pose()[:2])
+    world._route_s = float(arc[lo] + s)
+    return max(0.0, world._route_s - world.route_start_s)
 
 
 def route_length(world: World) -> float:

@@ -145,18 +145,17 @@ class ModelPlanner:
         self.checkpoint = checkpoint
         self.settings = settings or ModelSettings()
         self.name = f"model:{checkpoint}"
-        self._model = self._tokenizer = None
+        self._model = self._tokenizer = self._image_processor = None
 
     def _load(self):
         if self._model is None:
-            from wamdiff.models import load_model
+            from wamdiff.models import is_vision_model, load_image_processor, load_model
 
             self._model, self._tokenizer = load_model(self.checkpoint)
             self._model.eval()
+            self._vision = bool(is_vision_model(self._model))
+            self._image_processor = load_image_processor(self.checkpoint) if self._vision else None
         return self._model, self._tokenizer
-
-    def _vision(self, model) -> bool:
-        return hasattr(model.config, "vision_config")
 
     def decode_config(self):
         from wamdiff.decoding import DecodeConfig
@@ -175,12 +174,13 @@ class ModelPlanner:
 
         prompt_fn = _scene_prompt_fn()
         model, tok = self._load()
-        vision = self._vision(model)
+        vision = self._vision
         config = self.decode_config()
         out: list[Plan] = []
         for i in range(0, len(scenes), max(1, self.settings.batch)):
             chunk = scenes[i: i + self.settings.batch]
-            prompts = [encode_prompt(tok, prompt_fn(s), [s.image] if vision else [], vision=vision) for s in chunk]
+            prompts = [encode_prompt(tok, prompt_fn(s), [s.image] if vision else [], vision=vision,
+                                     image_processor=self._image_processor) for s in chunk]
             t0 = time.perf_counter()
             gens = generate(model, tok, prompts, config)
             dt = (time.perf_counter() - t0) / max(1, len(chunk))
@@ -199,7 +199,7 @@ def _scene_prompt_fn():
     """The world engineer's `scene_prompt(scene)`, wherever it lives."""
     import importlib
 
-    for mod in ("wamdiff.driving.prompt", "wamdiff.driving.wamdiff2_json", "wamdiff.driving.qa", "wamdiff.driving.scene",
+    for mod in ("wamdiff.driving.prompts", "wamdiff.driving.prompt", "wamdiff.driving.wamdiff2_json", "wamdiff.driving.qa", "wamdiff.driving.scene",
                 "wamdiff.driving.dataset"):
         try:
             fn = getattr(importlib.import_module(mod), "scene_prompt", None)

@@ -86,48 +86,48 @@ def _draw_boxes(ax, corners, color, alpha=1.0, lw=0.8, fill=False, zorder=3):
 
 def plot_bev(scene, trajectories: dict[str, np.ndarray], path: Path, sim_states: dict[str, np.ndarray] | None = None,
              title: str = "") -> Path:
-    """Scene from above: map, agents (t=0 solid, 4 s faint), plans, and simulated ego boxes every second."""
+    """Scene from above with the plans and the simulated ego boxes every second.
+
+    Uses the world's `driving.viewer.plot_scene` (x forward drawn up) when present, else a plain drawing.
+    """
     from .pdms.vehicle import box_corners, scene_vehicle, states_to_corners
 
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(7, 5))
-    drawn = False
-    try:  # the world engineer's viewer, when present
+    veh = scene_vehicle(scene)
+    colors = ["tab:orange", "tab:purple", "tab:cyan", "tab:olive", "tab:pink", "tab:brown"]
+    try:
         from wamdiff.driving.viewer import plot_scene
-
-        plot_scene(scene, trajectories, ax)
-        drawn = True
-    except Exception:  # noqa: BLE001 - fall back to our own drawing
-        pass
-    if not drawn:
+    except ImportError:
+        plot_scene = None
+    if plot_scene is not None:
+        fig, ax = plt.subplots(figsize=(6, 7))
+        plot_scene(scene, {k: v for k, v in trajectories.items() if k != "expert(log)"}, ax)
+        to_screen = lambda xy: np.stack([-xy[..., 1], xy[..., 0]], -1)  # noqa: E731 - the viewer's frame
+    else:
+        fig, ax = plt.subplots(figsize=(7, 5))
         _draw_map(scene, ax)
         b, v = np.asarray(scene.agent_boxes), np.asarray(scene.agent_valid, bool)
         if len(b):
-            for t, alpha in ((0, 1.0), (40, 0.35)):
-                sel = v[:, t]
-                c = box_corners(b[sel, t, 0], b[sel, t, 1], b[sel, t, 2], b[sel, t, 3] / 2, b[sel, t, 4] / 2)
-                _draw_boxes(ax, c, "#c0392b", alpha=alpha)
-        colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+            sel = v[:, 0]
+            _draw_boxes(ax, box_corners(b[sel, 0, 0], b[sel, 0, 1], b[sel, 0, 2], b[sel, 0, 3] / 2, b[sel, 0, 4] / 2), "#c0392b")
         for i, (name, xy) in enumerate(trajectories.items()):
             xy = np.asarray(xy)
             ax.plot(np.r_[0, xy[:, 0]], np.r_[0, xy[:, 1]], "o-", ms=3, c=colors[i % len(colors)], label=name, zorder=4)
-    veh = scene_vehicle(scene)
-    _draw_boxes(ax, box_corners(0.0, 0.0, 0.0, veh.half_length, veh.half_width, veh.rear_axle_to_center)[None], "k", lw=1.2)
-    if sim_states:
-        colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-        for i, (name, st) in enumerate(sim_states.items()):
-            _draw_boxes(ax, states_to_corners(np.asarray(st)[10::10], veh), colors[i % len(colors)], alpha=0.6, lw=0.6)
-    pts = [np.zeros((1, 2))] + [np.asarray(x) for x in trajectories.values()]
-    allp = np.concatenate(pts)
-    cx, cy = allp[:, 0].mean(), allp[:, 1].mean()
-    span = max(40.0, np.ptp(allp[:, 0]) + 20, np.ptp(allp[:, 1]) + 20)
-    ax.set_xlim(cx - span / 2, cx + span / 2)
-    ax.set_ylim(cy - span * 0.35, cy + span * 0.35)
-    ax.set_aspect("equal")
-    ax.legend(loc="upper left", fontsize=7)
-    ax.set_title(title or f"{scene.scene_id} ({scene.family}, {scene.command})", fontsize=9)
-    ax.set_xlabel("x forward [m]")
-    ax.set_ylabel("y left [m]")
+        _draw_boxes(ax, box_corners(0.0, 0.0, 0.0, veh.half_length, veh.half_width, veh.rear_axle_to_center)[None], "k", lw=1.2)
+        to_screen = lambda xy: xy  # noqa: E731
+        ax.set_aspect("equal")
+        ax.set_title(title or f"{scene.scene_id} ({scene.family}, {scene.command})", fontsize=9)
+    for i, (name, st) in enumerate((sim_states or {}).items()):
+        corners = states_to_corners(np.asarray(st)[10::10], veh)
+        _draw_boxes(ax, to_screen(corners), colors[i % len(colors)], alpha=0.9, lw=0.9, zorder=8)
+        ax.plot([], [], c=colors[i % len(colors)], lw=0.9, label=f"{name} simulated (1 s)")
+    if plot_scene is None:
+        allp = np.concatenate([np.zeros((1, 2))] + [np.asarray(x) for x in trajectories.values()])
+        cx, cy = allp[:, 0].mean(), allp[:, 1].mean()
+        span = max(40.0, np.ptp(allp[:, 0]) + 20, np.ptp(allp[:, 1]) + 20)
+        ax.set_xlim(cx - span / 2, cx + span / 2)
+        ax.set_ylim(cy - span * 0.35, cy + span * 0.35)
+    ax.legend(loc="lower right", fontsize=6)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -139,6 +139,8 @@ def load_model(path, *, dtype=torch.float32):
     path = Path(path)
     if not (path / "config.json").is_file():
         raise ValueError(f"{path}: not a model directory (no config.json)")
+    if not any((path / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "vocab.json")):
+        raise ValueError(f"{path}: no tokenizer files next to the model (save with wamdiff.models.save_model)")
     config = AutoConfig.from_pretrained(path)
     model = _model_class(config).from_pretrained(path, dtype=dtype)
     tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left", clean_up_tokenization_spaces=False)

@@ -81,6 +81,15 @@ def param_groups(model, lr: float, vision_lr: float | None, weight_decay: float)
     return out
 
 
+def make_optimizer(model, o) -> torch.optim.Optimizer:
+    """AdamW, fused (one kernel over all parameters: ~10x faster than the per-tensor loop on CPU)."""
+    groups = param_groups(model, o.lr, o.vision_lr, o.weight_decay)
+    try:
+        return torch.optim.AdamW(groups, lr=o.lr, betas=o.betas, eps=o.eps, fused=True)
+    except (RuntimeError, ValueError):  # a device/dtype without the fused kernel
+        return torch.optim.AdamW(groups, lr=o.lr, betas=o.betas, eps=o.eps)
+
+
 def step_generator(seed: int, step: int, salt: int = 0) -> torch.Generator:
     return torch.Generator().manual_seed((seed * 1_000_003 + step * 7_919 + salt) % (2**63 - 1))
 
@@ -152,6 +161,7 @@ class Trainer:
         self.step_callback = step_callback
         if r.threads:
             torch.set_num_threads(r.threads)
+        torch.set_flush_denormal(True)  # Adam's squared small gradients go denormal: 10x slower CPU arithmetic
         mp = "bf16" if r.optim.mixed_precision == "bf16" else "no"
         # accelerate keeps a process-wide singleton; chained stages in one process (pipeline API) may differ in
         # mixed precision, so forget the previous run's settings (the process group, if any, is kept).
@@ -191,7 +201,7 @@ class Trainer:
         self.sampler = MixtureSampler([len(s) for s in self.train_sets], [s.weight for s in r.data.train], r.seed)
 
         o = r.optim
-        self.optimizer = torch.optim.AdamW(param_groups(self.model, o.lr, o.vision_lr, o.weight_decay), lr=o.lr, betas=o.betas, eps=o.eps)
+        self.optimizer = make_optimizer(self.model, o)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, cosine_with_warmup(o.warmup_steps, o.steps, o.min_lr_ratio))
         # The optimiser and scheduler are stepped by hand once per optimiser step (a prepared scheduler steps
         # num_processes times per step when batches are not split). Plain data parallelism (DDP launch) is done

@@ -7,6 +7,13 @@ LQR + bicycle and scored with the same scorer against constant-velocity forecast
 t=0; the best by its own PDMS wins. Simplifications (documented, not NAVSIM's): the leading object is the
 nearest forecast box whose footprint overlaps the ego-width corridor of the path, gap measured along the
 path; no emergency brake; the path is the scene's route centreline, extended straight at both ends.
+
+One addition: the IDM target speed is capped by the path curvature (lateral acceleration <= 3 m/s^2,
+anticipated with 1.5 m/s^2 braking). nuPlan maps lower the speed limit on curved connectors; the world's
+per-lane limits do not (a roundabout lane says 20 m/s), and NAVSIM's comfort checks cannot see lateral
+acceleration (the bicycle writes a_y = 0), so without the cap the reference would take a roundabout at
+the straight-road limit and set an EP bar no careful driver reaches. `IDMParams(max_lat_acc=None)`
+restores plain PDM-Closed behaviour.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from .vehicle import VehicleParams
 @dataclass(frozen=True)
 class IDMParams:
     speed_fractions: tuple[float, ...] = (0.2, 0.4, 0.6, 0.8, 1.0)
-    lateral_offsets: tuple[float, ...] = (-1.0, 0.0, 1.0)
+    lateral_offsets: tuple[float, ...] = (0.0, -1.0, 1.0)  # centreline first: ties go to it, as in PDM-Closed
     fallback_target_velocity: float = 15.0
     min_gap: float = 1.0
     headway: float = 1.5
@@ -33,12 +40,15 @@ class IDMParams:
     decel_max: float = 3.0
     delta: float = 4.0
     extension_m: float = 200.0
+    max_lat_acc: float | None = 3.0  # curvature speed cap [m/s^2]; None = off (NAVSIM)
+    cap_brake: float = 1.5  # [m/s^2] deceleration assumed when anticipating a curve
+    cap_lookahead_m: float = 80.0
 
 
 @dataclass
 class ReferencePlan:
     poses: np.ndarray  # (41, 3) reference poses at 0..4 s (initial ego pose first)
-    best: int  # index of the chosen proposal (speed-fraction major, offset minor)
+    best: int  # index of the chosen proposal (lateral path major, speed fraction minor)
     proposal_pdms: np.ndarray  # (15,) internal scores
 
 
@@ -58,6 +68,23 @@ def _path(centerline: np.ndarray, offset: float, ext: float) -> np.ndarray:
     tang /= np.maximum(np.linalg.norm(tang, axis=1, keepdims=True), 1e-9)
     normal = np.stack([-tang[:, 1], tang[:, 0]], 1)
     return c + offset * normal
+
+
+def curvature_speed_cap(path: np.ndarray, max_lat_acc: float, brake: float, lookahead: float, step: float = 1.0):
+    """(arc-length grid, speed cap) along a path: sqrt(a_lat / |kappa|), anticipated by braking at `brake`."""
+    line = shapely.LineString(path)
+    s = np.arange(0.0, line.length + step, step)
+    pts = shapely.get_coordinates(shapely.line_interpolate_point(line, s))
+    h = np.unwrap(np.arctan2(np.gradient(pts[:, 1]), np.gradient(pts[:, 0])))
+    kappa = np.abs(np.gradient(h, step))
+    w = 5  # smooth over ~5 m: polyline vertices are not curvature
+    kappa = np.convolve(np.pad(kappa, (w // 2, w // 2), mode="edge"), np.ones(w) / w, mode="valid")
+    cap = np.sqrt(max_lat_acc / np.maximum(kappa, 1e-6))
+    n = int(lookahead / step)
+    padded = np.pad(cap, (0, n), mode="edge")
+    win = np.lib.stride_tricks.sliding_window_view(padded, n + 1)[: len(cap)]
+    ant = np.sqrt(win**2 + 2 * brake * step * np.arange(n + 1)[None]).min(1)
+    return s, ant
 
 
 def _heading_at(line: shapely.LineString, s: np.ndarray, eps: float = 0.5) -> np.ndarray:
@@ -95,7 +122,9 @@ def idm_proposals(scene, geo: SceneMapIndex, forecast: AgentTracks, vehicle: Veh
             vel = np.concatenate([vel, vel[:, -1:]], 1) / DT if steps > 1 else np.zeros_like(forecast.centers[:, :steps])
             v_along = vel[..., 0] * np.cos(hc) + vel[..., 1] * np.sin(hc)
         n_f = len(p.speed_fractions)
-        target = np.array(p.speed_fractions) * v_limit
+        target0 = np.array(p.speed_fractions) * v_limit
+        cap_s, cap_v = (curvature_speed_cap(np.asarray(line.coords), p.max_lat_acc, p.cap_brake, p.cap_lookahead_m)
+                        if p.max_lat_acc else (None, None))
         s_e = np.full(n_f, s_ego0)
         v = np.full(n_f, max(v0, 0.0))
         prog = np.zeros((n_f, steps))
@@ -110,6 +139,7 @@ def idm_proposals(scene, geo: SceneMapIndex, forecast: AgentTracks, vehicle: Veh
                 j = np.argmin(g, axis=1)
                 gap = g[np.arange(n_f), j]
                 v_lead = np.where(gap < 1e6, v_along[j, k], 0.0)
+            target = target0 if cap_s is None else np.minimum(target0, np.interp(s_e, cap_s, cap_v))
             s_star = p.min_gap + v * p.headway + v * (v - v_lead) / (2 * np.sqrt(p.accel_max * p.decel_max))
             acc = p.accel_max * (1 - (v / np.maximum(target, 1e-3)) ** p.delta - (np.maximum(s_star, 0) / np.maximum(gap, 1e-2)) ** 2)
             acc = np.clip(acc, -p.decel_max, p.accel_max)
@@ -122,8 +152,8 @@ def idm_proposals(scene, geo: SceneMapIndex, forecast: AgentTracks, vehicle: Veh
         poses = np.concatenate([pts, hd[..., None]], -1)
         poses[:, 0] = 0.0  # the initial ego pose, as NAVSIM prepends the current state
         proposals.append(poses)
-    # order: speed-fraction major, offset minor
-    return np.stack(proposals, 1).reshape(-1, steps, 3)
+    # order: lateral path major (centreline first), speed fraction minor
+    return np.concatenate(proposals, 0)
 
 
 def plan_reference(scene, geo: SceneMapIndex, vehicle: VehicleParams, initial_state: np.ndarray,

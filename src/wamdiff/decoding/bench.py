@@ -1,0 +1,295 @@
+"""Side-by-side AR vs block-diffusion decoding speed, in one process, on one model (`wamdiff bench`).
+
+Honesty rules (DESIGN §2.2): same model object, dtype, cache class, compile setting and prompts for both
+decoders; a warm-up run before every timed configuration; only generated tokens (up to EOS) are counted;
+forwards per sample include the prefill and commits; the thread count is recorded. Absolute tok/s drifts
+between sessions on a shared CPU, the paired ratio much less: each diffusion run is timed right after its
+own AR run (interleaved), and the ratio is taken within the pair.
+
+Also measured (`step_cost`): the cost of one block forward of B tokens over the cache relative to one AR
+step, both inside their real decode loops (one token per forward, no EOS) — the denominator of the speedup:
+speedup = TPF / step-cost ratio.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import re
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from wamdiff.decoding.ar import decode_ar
+from wamdiff.decoding.block import decode_block
+from wamdiff.decoding.config import DecodeConfig, Generation
+from wamdiff.decoding.generate import generate, model_block_settings, token_id
+from wamdiff.decoding.runner import StepRunner, collate_prompts
+from wamdiff.models.tokens import PAD
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+@dataclass
+class BenchGrid:
+    batch_sizes: list[int] = field(default_factory=lambda: [1, 8])
+    block_sizes: list[int] = field(default_factory=lambda: [4, 8, 16, 32])
+    thresholds: list[float] = field(default_factory=lambda: [0.7, 0.8, 0.9, 0.95])
+    dtypes: list[str] = field(default_factory=lambda: ["fp32", "bf16"])
+    max_new_tokens: int = 160
+    max_steps_per_block: int = 32
+    repeats: int = 1
+    compile: bool = False
+    step_cost: bool = True
+
+
+# ------------------------------------------------------------------------------------------------ prompts
+def load_wamdiff2_json(path: Path, tokenizer, *, vision: bool, limit: int | None = None):
+    """Prompts (and expert answers) from a WAM-Diff2 LLaVA-style JSON: a list of records with `conversations`
+    ([{from: human, value}, {from: gpt, value}, ...]) and `image` (a path or a list of paths, relative to the
+    file's folder). Returns (prompts, expert answer texts or None)."""
+    from PIL import Image
+
+    from wamdiff.models import encode_prompt
+
+    path = Path(path)
+    try:
+        records = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise ValueError(f"{path}: cannot read WAM-Diff2 JSON ({err})") from err
+    if not isinstance(records, list):
+        raise ValueError(f"{path}: expected a JSON list of samples, got {type(records).__name__}")
+    prompts, answers = [], []
+    for i, rec in enumerate(records[:limit] if limit else records):
+        conv = rec.get("conversations") if isinstance(rec, dict) else None
+        if not conv or conv[0].get("from") != "human":
+            raise ValueError(f"{path}: sample {i}: field 'conversations' must start with a 'human' turn")
+        imgs = rec.get("image") or rec.get("images") or []
+        imgs = [imgs] if isinstance(imgs, str) else list(imgs)
+        pil = []
+        for p in imgs:
+            full = (path.parent / p) if not Path(p).is_absolute() else Path(p)
+            try:
+                pil.append(Image.open(full).convert("RGB"))
+            except OSError as err:
+                raise ValueError(f"{path}: sample {i}: field 'image': cannot open {full} ({err})") from err
+        prompts.append(encode_prompt(tokenizer, conv[0]["value"], pil if vision else [], vision=vision))
+        gpt = [t["value"] for t in conv[1:] if t.get("from") == "gpt"]
+        answers.append(gpt[0] if gpt else None)
+    return prompts, (answers if any(a is not None for a in answers) else None)
+
+
+def synthetic_prompts(tokenizer, n: int, *, vision: bool, seed: int = 0):
+    """Driving-style prompts with random 64x64 images (vision) built with the project's processor."""
+    import numpy as np
+
+    from wamdiff.models import encode_prompt
+
+    rng = np.random.default_rng(seed)
+    cmds = ["left", "straight", "right", "unknown"]
+    out = []
+    for i in range(n):
+        v, a = rng.normal(8, 3, 2), rng.normal(0, 1, 2)
+        text = (
+            ("Here is a front-view images from a driving vehicle: <image>\n" if vision else "")
+            + f"The navigation information is: {cmds[i % 4]}\nThe current position is (0.00,0.00)\n"
+            f"The current velocity is: ({v[0]:.2f},{v[1]:.2f}) and current accelerate is: ({a[0]:.2f},{a[1]:.2f})\n"
+            "Instruction: predict the optimal driving action for the next 4 seconds with 8 new waypoints."
+        )
+        imgs = [rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)] if vision else []
+        out.append(encode_prompt(tokenizer, text, imgs, vision=vision))
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ quality
+def _parse_xy(text: str, fmt: str | None):
+    try:
+        from wamdiff.driving.trajectory import parse_trajectory  # noqa: PLC0415  (world area; may be absent)
+
+        if fmt:
+            p = parse_trajectory(text, fmt)
+            return torch.as_tensor(p.xy, dtype=torch.float32)[:, :2] if p.ok else None
+    except ImportError:
+        pass
+    nums = [float(x) for x in re.findall(r"[-+]?\d+(?:\.\d+)?", text)]
+    return torch.tensor(nums[:16]).view(8, 2) if len(nums) >= 16 else None
+
+
+def quality(gens: list[Generation], ref: list[Generation], expert: list[str] | None, fmt: str | None) -> dict:
+    """Exact-match rate vs the AR output, and mean per-waypoint L2 vs AR / expert where answers parse."""
+    q = {"exact_match_vs_ar": sum(g.token_ids == r.token_ids for g, r in zip(gens, ref)) / max(1, len(gens))}
+    l2_ar, l2_ex, fails = [], [], 0
+    for i, (g, r) in enumerate(zip(gens, ref)):
+        xy = _parse_xy(g.text, fmt)
+        if xy is None:
+            fails += 1
+            continue
+        rxy = _parse_xy(r.text, fmt)
+        if rxy is not None:
+            l2_ar.append(float((xy - rxy).norm(dim=-1).mean()))
+        if expert is not None and expert[i] is not None:
+            exy = _parse_xy(expert[i], fmt)
+            if exy is not None:
+                l2_ex.append(float((xy - exy).norm(dim=-1).mean()))
+    q["parse_failures"] = fails
+    q["l2_vs_ar"] = statistics.fmean(l2_ar) if l2_ar else None
+    q["l2_vs_expert"] = statistics.fmean(l2_ex) if l2_ex else None
+    return q
+
+
+# ------------------------------------------------------------------------------------------------ timing
+def timed_generate(model, tokenizer, prompts, cfg: DecodeConfig, repeats: int):
+    generate(model, tokenizer, prompts, cfg)  # warm-up (allocations, compile, caches)
+    walls = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        gens = generate(model, tokenizer, prompts, cfg)
+        walls.append(time.perf_counter() - t0)
+    return gens, statistics.median(walls)
+
+
+def summarize(gens: list[Generation], wall: float) -> dict:
+    toks = sum(len(g.token_ids) for g in gens)
+    fw = statistics.fmean(g.forwards for g in gens)
+    return {
+        "tok_s": toks / wall, "ms_per_token": 1e3 * wall / max(1, toks), "wall_s": wall, "tokens": toks,
+        "forwards_per_sample": fw, "tokens_per_sample": toks / len(gens), "tpf": (toks / len(gens)) / max(fw, 1e-9),
+        "finished": sum(g.finished for g in gens),
+    }
+
+
+@torch.inference_mode()
+def step_cost(model, tokenizer, prompt, block_sizes, *, n_tokens: int = 64, repeats: int = 3, batch: int = 1,
+              compile: bool = False) -> dict:
+    """ms per forward inside the real decode loops: AR (1 token/forward) vs block-B with 1 token per forward
+    (fixed strategy, B steps per block, EOS disabled). Pairs are interleaved; the minimum over repeats is kept."""
+    pad = token_id(tokenizer, PAD)
+    mask_id = model_block_settings(model, tokenizer)[1]
+    batch_p = collate_prompts([prompt] * batch, pad, next(model.parameters()).device)
+
+    def ar():
+        r = StepRunner(model, batch_p, 1, n_tokens + 1, compile=compile)
+        t0 = time.perf_counter()
+        out = decode_ar(r, max_new_tokens=n_tokens, eos_id=-1, pad_id=pad)
+        return (time.perf_counter() - t0) / int(out[2][0])
+
+    def blk(b):
+        r = StepRunner(model, batch_p, b, n_tokens, compile=compile)
+        t0 = time.perf_counter()
+        out = decode_block(r, max_new_tokens=n_tokens, mask_id=mask_id, eos_id=-1, pad_id=pad, strategy="fixed",
+                           max_steps=b, fused_commit=True)
+        return (time.perf_counter() - t0) / int(out[2][0])
+
+    ar(), [blk(b) for b in block_sizes]  # warm-up
+    res = {"ar_ms": math.inf, **{f"B{b}_ms": math.inf for b in block_sizes}}
+    for _ in range(repeats):
+        res["ar_ms"] = min(res["ar_ms"], 1e3 * ar())
+        for b in block_sizes:
+            res[f"B{b}_ms"] = min(res[f"B{b}_ms"], 1e3 * blk(b))
+    for b in block_sizes:
+        res[f"B{b}_ratio"] = res[f"B{b}_ms"] / res["ar_ms"]
+    return res
+
+
+def run_bench(model, tokenizer, prompts, grid: BenchGrid, *, expert=None, fmt=None, progress=None) -> dict:
+    """The whole grid. Returns a JSON-able dict with `rows` (one per configuration) and `step_cost`."""
+    rows, costs = [], []
+    base = copy.deepcopy(model).float()
+    n_prompts = max(grid.batch_sizes)
+    pool = [prompts[i % len(prompts)] for i in range(n_prompts)]
+    expert_pool = [expert[i % len(expert)] for i in range(n_prompts)] if expert else None
+    for dname in grid.dtypes:
+        m = copy.deepcopy(base).to(DTYPES[dname]).eval()
+        if grid.step_cost:
+            costs.append({"dtype": dname, "threads": torch.get_num_threads(),
+                          **step_cost(m, tokenizer, pool[0], grid.block_sizes, compile=grid.compile)})
+            if progress:
+                progress(f"step cost {dname}: " + ", ".join(f"B{b} {costs[-1][f'B{b}_ratio']:.2f}x" for b in grid.block_sizes))
+        for n in grid.batch_sizes:
+            batch = pool[:n]
+            ar_cfg = DecodeConfig(mode="ar", max_new_tokens=grid.max_new_tokens, compile=grid.compile)
+            for b in grid.block_sizes:
+                for tau in grid.thresholds:
+                    ar_g, ar_wall = timed_generate(m, tokenizer, batch, ar_cfg, grid.repeats)
+                    ar = summarize(ar_g, ar_wall)
+                    cfg = DecodeConfig(mode="block", block_size=b, threshold=tau, max_steps_per_block=grid.max_steps_per_block,
+                                       max_new_tokens=grid.max_new_tokens, compile=grid.compile)
+                    g, wall = timed_generate(m, tokenizer, batch, cfg, grid.repeats)
+                    d = summarize(g, wall)
+                    row = {"dtype": dname, "batch": n, "block_size": b, "threshold": tau, "ar": ar, "diffusion": d,
+                           "speedup": d["tok_s"] / ar["tok_s"],
+                           "quality": quality(g, ar_g, expert_pool[:n] if expert_pool else None, fmt)}
+                    rows.append(row)
+                    if progress:
+                        progress(row)
+    return {"threads": torch.get_num_threads(), "torch": torch.__version__, "grid": asdict(grid), "rows": rows,
+            "step_cost": costs, "n_params": sum(p.numel() for p in model.parameters())}
+
+
+# ------------------------------------------------------------------------------------------------ output
+def write_plot(result: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = result["rows"]
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
+    for (dname, n) in sorted({(r["dtype"], r["batch"]) for r in rows}):
+        for tau in sorted({r["threshold"] for r in rows}):
+            sel = sorted((r for r in rows if r["dtype"] == dname and r["batch"] == n and r["threshold"] == tau),
+                         key=lambda r: r["block_size"])
+            axes[0].plot([r["block_size"] for r in sel], [r["speedup"] for r in sel], marker="o",
+                         label=f"{dname} bs{n} tau{tau}")
+        for b in sorted({r["block_size"] for r in rows}):
+            sel = sorted((r for r in rows if r["dtype"] == dname and r["batch"] == n and r["block_size"] == b),
+                         key=lambda r: r["threshold"])
+            axes[1].plot([r["threshold"] for r in sel], [r["diffusion"]["tpf"] for r in sel], marker="o",
+                         label=f"{dname} bs{n} B{b}")
+    for r in rows:
+        q = r["quality"]["l2_vs_expert"] if r["quality"]["l2_vs_expert"] is not None else 1 - r["quality"]["exact_match_vs_ar"]
+        axes[2].scatter(q, r["speedup"], s=12)
+    xl = "L2 vs expert (m)" if any(r["quality"]["l2_vs_expert"] is not None for r in rows) else "1 - exact match vs AR"
+    for ax, (x, y, t) in zip(axes, [("block size B", "diffusion / AR tok/s", "speed vs B"),
+                                     ("threshold tau", "tokens per forward", "TPF vs tau"),
+                                     (xl, "diffusion / AR tok/s", "speed vs quality")]):
+        ax.set_xlabel(x), ax.set_ylabel(y), ax.set_title(t), ax.grid(alpha=0.3)
+        if ax is not axes[2]:
+            ax.axhline(1.0, color="k", lw=0.6) if ax is axes[0] else None
+    axes[0].set_xscale("log", base=2)
+    axes[0].legend(fontsize=6)
+    axes[1].legend(fontsize=6)
+    fig.suptitle(f"wamdiff bench ({result['threads']} threads)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def print_table(result: dict, console=None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console()
+    t = Table(title=f"AR vs block diffusion ({result['threads']} threads, {result['n_params'] / 1e6:.1f}M params)")
+    for c in ["dtype", "batch", "B", "tau", "AR tok/s", "diff tok/s", "ratio", "ms/tok AR", "ms/tok diff",
+              "fwd/sample AR", "fwd/sample diff", "TPF", "exact vs AR"]:
+        t.add_column(c, justify="right")
+    for r in result["rows"]:
+        a, d = r["ar"], r["diffusion"]
+        t.add_row(r["dtype"], str(r["batch"]), str(r["block_size"]), f"{r['threshold']:.2f}", f"{a['tok_s']:.1f}",
+                  f"{d['tok_s']:.1f}", f"{r['speedup']:.2f}x", f"{a['ms_per_token']:.2f}", f"{d['ms_per_token']:.2f}",
+                  f"{a['forwards_per_sample']:.1f}", f"{d['forwards_per_sample']:.1f}", f"{d['tpf']:.2f}",
+                  f"{r['quality']['exact_match_vs_ar']:.2f}")
+    console.print(t)
+    if result["step_cost"]:
+        s = Table(title="cost of one forward inside the decode loop, relative to one AR step (lower = better)")
+        keys = [k for k in result["step_cost"][0] if k.endswith("_ratio")]
+        for c in ["dtype", "threads", "AR ms", *[k.replace("_ratio", "") for k in keys]]:
+            s.add_column(c, justify="right")
+        for c in result["step_cost"]:
+            s.add_row(c["dtype"], str(c["threads"]), f"{c['ar_ms']:.2f}", *[f"{c[k]:.2f}x" for k in keys])
+        console.print(s)

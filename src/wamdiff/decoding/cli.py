@@ -1,0 +1,88 @@
+"""`wamdiff bench`: AR vs block-diffusion decoding speed, side by side, on a checkpoint or an untrained preset."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+app = typer.Typer(help="Side-by-side AR vs block-diffusion decoding speed benchmark.", add_completion=False)
+
+
+def _floats(s: str) -> list[float]:
+    return [float(x) for x in s.split(",") if x.strip()]
+
+
+def _ints(s: str) -> list[int]:
+    return [int(x) for x in s.split(",") if x.strip()]
+
+
+@app.callback(invoke_without_command=True)
+def bench(
+    checkpoint: Path = typer.Option(None, help="Checkpoint directory (wamdiff.models.load_model)."),
+    preset: str = typer.Option(None, help="Untrained preset for a smoke run: tiny | student | teacher."),
+    vision: bool = typer.Option(True, help="Preset only: Qwen3-VL (image prompts) or text-only Qwen3."),
+    block_size: int = typer.Option(8, help="Preset only: diffusion block size recorded in the model."),
+    data: Path = typer.Option(None, help="WAM-Diff2 JSON of prompts (images loaded from paths); default synthetic."),
+    n_prompts: int = typer.Option(8, help="Prompts to load / synthesise."),
+    batch: str = typer.Option("1,8", help="Batch sizes, comma separated."),
+    blocks: str = typer.Option("4,8,16,32", help="Block sizes B."),
+    taus: str = typer.Option("0.7,0.8,0.9,0.95", help="Confidence thresholds."),
+    dtypes: str = typer.Option("fp32,bf16", help="fp32 and/or bf16."),
+    max_new_tokens: int = typer.Option(160, help="Answer budget."),
+    max_steps: int = typer.Option(32, help="Max denoising steps per block."),
+    repeats: int = typer.Option(1, help="Timed repeats per configuration (median)."),
+    threads: int = typer.Option(0, help="torch threads (0 = leave as is)."),
+    compile: bool = typer.Option(False, help="torch.compile the step (applies to AR and diffusion)."),
+    step_cost: bool = typer.Option(True, help="Also measure block-step / AR-step cost ratios."),
+    fmt: str = typer.Option(None, "--format", help="Trajectory format for L2 quality (text2, text1, bins, fixed1, fixed2)."),
+    quick: bool = typer.Option(False, help="Shrink the grid: batch 1, B 8,32, tau 0.9, fp32, 64 tokens."),
+    out: Path = typer.Option(Path("runs/bench"), help="Output folder (bench.json, bench.png)."),
+) -> None:
+    """Run the benchmark (the default action of `wamdiff bench`)."""
+    import json
+
+    import torch
+    from rich.console import Console
+
+    from wamdiff.decoding.bench import BenchGrid, load_wamdiff2_json, print_table, run_bench, synthetic_prompts, write_plot
+    from wamdiff.models import build_model, build_tokenizer, is_vision_model, load_model, to_diffusion
+
+    console = Console(width=max(160, Console().width))
+    if threads:
+        torch.set_num_threads(threads)
+    if (checkpoint is None) == (preset is None):
+        raise typer.BadParameter("give exactly one of --checkpoint DIR or --preset NAME")
+    if checkpoint is not None:
+        model, tok = load_model(checkpoint)
+    else:
+        tok = build_tokenizer()
+        model = to_diffusion(build_model(preset, tok, vision=vision, seed=0), block_size, tokenizer=tok)
+    is_vl = is_vision_model(model)
+    expert = None
+    if data is not None:
+        prompts, expert = load_wamdiff2_json(data, tok, vision=is_vl, limit=n_prompts)
+    else:
+        prompts = synthetic_prompts(tok, n_prompts, vision=is_vl)
+    grid = BenchGrid(_ints(batch), _ints(blocks), _floats(taus), [d.strip() for d in dtypes.split(",")],
+                     max_new_tokens, max_steps, repeats, compile, step_cost)
+    if quick:
+        grid = BenchGrid([1], [8, 32], [0.9], ["fp32"], 64, max_steps, repeats, compile, step_cost)
+    console.print(f"threads={torch.get_num_threads()} params={sum(p.numel() for p in model.parameters()) / 1e6:.1f}M "
+                  f"vision={is_vl} prompts={len(prompts)} grid={grid}")
+
+    def progress(row):
+        if isinstance(row, str):
+            console.print(row)
+        else:
+            console.print(f"{row['dtype']} bs{row['batch']} B{row['block_size']} tau{row['threshold']}: "
+                          f"AR {row['ar']['tok_s']:.1f} tok/s, diffusion {row['diffusion']['tok_s']:.1f} tok/s "
+                          f"({row['speedup']:.2f}x), TPF {row['diffusion']['tpf']:.2f}")
+
+    result = run_bench(model, tok, prompts, grid, expert=expert, fmt=fmt, progress=progress)
+    result["source"] = str(checkpoint) if checkpoint else f"preset:{preset}"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench.json").write_text(json.dumps(result, indent=2))
+    write_plot(result, out / "bench.png")
+    print_table(result, console)
+    console.print(f"wrote {out / 'bench.json'} and {out / 'bench.png'}")

@@ -1,0 +1,38 @@
+"""Loading scenes for evaluation: every `*.npz` Scene under a directory (recursively), filtered and sorted."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def find_scene_files(data: str | Path) -> list[Path]:
+    root = Path(data)
+    if root.is_file():
+        return [root]
+    if not root.exists():
+        raise ValueError(f"{root}: no such scene directory")
+    return sorted(p for p in root.rglob("*.npz") if not p.name.endswith(".tmp.npz"))
+
+
+def load_scenes(data: str | Path, split: str | None = None, families: list[str] | None = None, limit: int | None = None,
+                strict: bool = False) -> tuple[list, list[dict]]:
+    """(scenes, problems): unreadable files are reported (or raise with `strict`), never silently dropped."""
+    from wamdiff.driving.scene import Scene
+
+    scenes, problems = [], []
+    for path in find_scene_files(data):
+        try:
+            s = Scene.load(path)
+        except ValueError as err:
+            if strict:
+                raise
+            problems.append({"file": str(path), "reason": str(err)})
+            continue
+        if split and s.split != split:
+            continue
+        if families and s.family not in families:
+            continue
+        scenes.append(s)
+        if limit and len(scenes) >= limit:
+            break
+    return scenes, problems

@@ -1,0 +1,198 @@
+"""The main job, stage by stage: data -> AR VLA -> block curriculum -> distillation -> evaluation -> report.
+
+`run_pipeline(config)` goes from nothing to every checkpoint; `run_demo(config)` evaluates checkpoints that
+a pipeline produced (shipped in `checkpoints/`) on freshly generated test scenes. Both are resumable: each
+finished stage leaves `<out>/stages/<name>.json` and is skipped next time; an interrupted training stage
+resumes from its last checkpoint (the trainer's `--resume`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import yaml
+from rich.console import Console
+
+console = Console()
+
+
+# ------------------------------------------------------------------------------------------ config
+@dataclass
+class Pipeline:
+    config_path: Path
+    cfg: dict
+    out: Path
+    checkpoints: dict[str, Path] = field(default_factory=dict)  # stage name -> final model dir
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Pipeline":
+        path = Path(path)
+        if not path.is_file():
+            raise ValueError(f"{path}: pipeline config not found")
+        try:
+            cfg = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as err:
+            raise ValueError(f"{path}: not valid YAML ({err})") from err
+        for key in ("out", "data"):
+            if key not in cfg:
+                raise ValueError(f"{path}: missing top-level field '{key}'")
+        p = cls(path, cfg, Path(cfg["out"]))
+        for name, ckpt in (cfg.get("checkpoints") or {}).items():  # demo: shipped checkpoints
+            p.checkpoints[name] = Path(ckpt)
+        return p
+
+    @property
+    def data_dir(self) -> Path:
+        return self.out / "data"
+
+    def stage_file(self, name: str) -> Path:
+        return self.out / "stages" / f"{name}.json"
+
+    def checkpoint(self, stage: str) -> Path:
+        if stage in self.checkpoints:
+            return self.checkpoints[stage]
+        return self.out / "ckpt" / stage / "final"
+
+    def planner_spec(self, spec: str) -> str:
+        """`stage:NAME` -> `model:<checkpoint>,<decode settings>`; other specs pass through."""
+        if not spec.startswith("stage:"):
+            return spec
+        stage = spec.split(":", 1)[1]
+        ckpt = self.checkpoint(stage)
+        dec = dict(self.cfg.get("evaluate", {}).get("decode", {}))
+        dec.setdefault("fmt", self.cfg["data"].get("fmt", "text2"))
+        if stage.endswith("ar_sft"):  # the AR model decodes autoregressively
+            dec.update(mode="ar")
+            dec.pop("block", None)
+        return "model:" + ",".join([str(ckpt), *(f"{k}={v}" for k, v in dec.items())])
+
+
+def run_stage(p: Pipeline, name: str, fn: Callable[[], dict]) -> dict:
+    """Run `fn` unless its stage file exists; record wall time and the result."""
+    f = p.stage_file(name)
+    if f.exists():
+        console.print(f"[dim]stage {name}: done earlier, skipped[/dim]")
+        return json.loads(f.read_text())
+    console.rule(f"stage {name}")
+    t0 = time.perf_counter()
+    result = fn() or {}
+    result = {"stage": name, "wall_s": round(time.perf_counter() - t0, 1), **result}
+    f.parent.mkdir(parents=True, exist_ok=True)
+    tmp = f.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result, indent=2, default=str))
+    tmp.replace(f)
+    _log(p, f"{name}: {result['wall_s']} s")
+    return result
+
+
+def _log(p: Pipeline, line: str) -> None:
+    p.out.mkdir(parents=True, exist_ok=True)
+    with open(p.out / "pipeline.log", "a") as fh:
+        fh.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {line}\n")
+
+
+# ------------------------------------------------------------------------------------------ stages
+def stage_data(p: Pipeline, splits: tuple[str, ...] = ("train", "val", "test")) -> dict:
+    from wamdiff.driving.dataset import generate_dataset
+
+    d = p.cfg["data"]
+    stats = {}
+    for split in splits:
+        n = int(d["per_family"][split])
+        stats[split] = generate_dataset(p.data_dir, families=d["families"], split=split, n=n,
+                                        workers=int(d.get("workers", 2)), fmt=d.get("fmt", "text2"))
+    return {"splits": stats}
+
+
+def stage_train(p: Pipeline, spec: dict) -> dict:
+    from wamdiff.training.trainer import train
+
+    name = spec["name"]
+    out_dir = p.out / "ckpt" / name
+    qa_weight = float(p.cfg["data"].get("qa_weight", 0.0))
+    sources = [{"path": str(p.data_dir / "train.json"), "weight": 1.0}]
+    if qa_weight > 0:
+        sources.append({"path": str(p.data_dir / "train_qa.json"), "weight": qa_weight})
+    overrides = {
+        "name": name,
+        "output_dir": str(out_dir),
+        "seed": int(p.cfg.get("seed", 0)),
+        "threads": p.cfg.get("threads"),
+        "data.train": sources,
+        "data.val": str(p.data_dir / "val.json"),
+        "eval.qa.path": str(p.data_dir / "val_qa.json"),
+    }
+    if "init" in spec:
+        overrides["model.init"] = str(p.checkpoint(spec["init"]))
+    if "teacher" in spec:
+        overrides["teacher.path"] = str(p.checkpoint(spec["teacher"]))
+    overrides.update(spec.get("set", {}))
+    resume = (out_dir / "checkpoints").exists() or any(out_dir.glob("checkpoint*"))
+    result = train(spec["recipe"], overrides, resume=resume)
+    keep = ("steps", "final_train_loss", "val_loss", "val_masked_acc", "val_ar_token_acc", "val_top5_overlap",
+            "qa_exact_match_start", "qa_exact_match_end", "train_tokens_per_s", "wall_s")
+    return {"checkpoint": str(result.final_model), **{k: result.metrics.get(k) for k in keep}}
+
+
+def training_stages(p: Pipeline) -> list[dict]:
+    return list(p.cfg.get("train") or [])
+
+
+# ------------------------------------------------------------------------------------------ entry points
+def provenance() -> dict:
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
+    import torch
+
+    return {"commit": commit, "python": platform.python_version(), "torch": torch.__version__,
+            "threads": torch.get_num_threads(), "machine": platform.machine(), "cpus": os.cpu_count()}
+
+
+def _threads(p: Pipeline) -> None:
+    import torch
+
+    if p.cfg.get("threads"):
+        torch.set_num_threads(int(p.cfg["threads"]))
+
+
+def run_pipeline(config: str | Path) -> dict:
+    from wamdiff.evaluate import run_evaluation
+    from wamdiff.report import write_report
+
+    p = Pipeline.load(config)
+    _threads(p)
+    _log(p, f"pipeline start: {config} {provenance()}")
+    t0 = time.perf_counter()
+    run_stage(p, "data", lambda: stage_data(p))
+    for spec in training_stages(p):
+        run_stage(p, spec["name"], lambda spec=spec: stage_train(p, spec))
+    results = run_evaluation(p, run_stage)
+    report = write_report(p, results)
+    _log(p, f"pipeline done in {time.perf_counter() - t0:.0f} s -> {report}")
+    return results
+
+
+def run_demo(config: str | Path) -> dict:
+    from wamdiff.evaluate import run_evaluation
+    from wamdiff.report import write_report
+
+    p = Pipeline.load(config)
+    _threads(p)
+    missing = [f"{k}: {v}" for k, v in p.checkpoints.items() if not (v / "config.json").exists()]
+    if missing:
+        raise ValueError("demo checkpoints missing (run `make pipeline` to produce them): " + "; ".join(missing))
+    t0 = time.perf_counter()
+    run_stage(p, "data", lambda: stage_data(p, splits=("test",)))
+    results = run_evaluation(p, run_stage)
+    report = write_report(p, results)
+    console.print(f"[bold]demo finished in {time.perf_counter() - t0:.0f} s; report: {report}[/bold]")
+    return results

@@ -1,0 +1,205 @@
+"""The results report: one table (planners x driving quality and speed) and the plots, as Markdown + PNG + JSON/CSV.
+
+Rows are the report's planners (expert, constant velocity, reference, AR VLA, the diffusion student after
+each training level); columns are PDMS and its sub-scores, L2 at 1/2/3/4 s, closed-loop success and driving
+score, decoding speed (tok/s, ms/token, TPF, ratio to the AR VLA) and multi-task QA accuracy.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+COLUMNS = [  # (key, header, format)
+    ("pdms", "PDMS", "{:.1f}"), ("nc", "NC", "{:.3f}"), ("dac", "DAC", "{:.3f}"), ("ttc", "TTC", "{:.3f}"),
+    ("ep", "EP", "{:.3f}"), ("c", "C", "{:.3f}"),
+    ("l2_1s", "L2@1s", "{:.2f}"), ("l2_2s", "L2@2s", "{:.2f}"), ("l2_3s", "L2@3s", "{:.2f}"), ("l2_4s", "L2@4s", "{:.2f}"),
+    ("parse_fail", "parse fail %", "{:.1f}"),
+    ("cl_success", "CL success %", "{:.0f}"), ("cl_ds", "CL DS", "{:.1f}"), ("cl_routes", "CL routes", "{:d}"),
+    ("tok_s", "tok/s", "{:.0f}"), ("ms_token", "ms/token", "{:.2f}"), ("tpf", "TPF", "{:.2f}"),
+    ("speed_vs_ar", "× AR", "{:.2f}"), ("qa", "QA acc %", "{:.1f}"),
+]
+
+
+def _get(d: dict | None, *keys):
+    for k in keys:
+        if not isinstance(d, dict) or d.get(k) is None:
+            return None
+        d = d[k]
+    return d
+
+
+def table_rows(p, results: dict) -> list[dict]:
+    """One dict per planner with the COLUMNS keys (None where a figure does not apply)."""
+    open_ = _get(results, "open", "planners") or {}
+    closed = _get(results, "closed", "planners") or {}
+    training = results.get("training") or {}
+    ar_name = next((n for n, s in p.cfg["evaluate"]["planners"].items() if s == "stage:ar_sft"), None)
+    ar_tok_s = _get(open_, ar_name, "decode", "tok_s") if ar_name else None
+    rows = []
+    for name, spec in p.cfg["evaluate"]["planners"].items():
+        o, c = open_.get(name, {}), closed.get(name, {})
+        pd, ol, dec = _get(o, "pdms", "overall") or {}, _get(o, "openloop", "overall") or {}, o.get("decode") or {}
+        stage = spec.split(":", 1)[1] if spec.startswith("stage:") else None
+        qa = _get(training, stage, "qa_exact_match_end") if stage else None
+        row = {
+            "planner": name, "spec": spec,
+            "pdms": None if pd.get("pdms") is None else 100 * pd["pdms"],
+            **{k: pd.get(k) for k in ("nc", "dac", "ttc", "ep", "c")},
+            **{f"l2_{s}s": ol.get(f"l2_{s}.0s") for s in (1, 2, 3, 4)},
+            "parse_fail": None if ol.get("parse_failure_rate") is None else 100 * ol["parse_failure_rate"],
+            "cl_success": None if c.get("success_rate") is None else 100 * c["success_rate"],
+            "cl_ds": c.get("driving_score"), "cl_routes": c.get("n"),
+            "tok_s": dec.get("tok_s"), "ms_token": dec.get("ms_per_token"), "tpf": dec.get("tpf"),
+            "speed_vs_ar": (dec["tok_s"] / ar_tok_s) if dec.get("tok_s") and ar_tok_s else None,
+            "qa": None if qa is None else 100 * qa,
+        }
+        rows.append(row)
+    return rows
+
+
+def _fmt(v, f: str) -> str:
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "–"
+    try:
+        return f.format(v)
+    except (ValueError, TypeError):
+        return str(v)
+
+
+def print_table(rows: list[dict], console: Console | None = None) -> None:
+    t = Table(title="wamdiff: planners on the default world", show_lines=False)
+    t.add_column("planner")
+    for _, h, _ in COLUMNS:
+        t.add_column(h, justify="right")
+    for r in rows:
+        t.add_row(r["planner"], *[_fmt(r.get(k), f) for k, _, f in COLUMNS])
+    (console or Console(width=250)).print(t)
+
+
+def markdown_table(rows: list[dict]) -> str:
+    head = "| planner | " + " | ".join(h for _, h, _ in COLUMNS) + " |"
+    sep = "|---|" + "|".join("---:" for _ in COLUMNS) + "|"
+    body = ["| " + r["planner"] + " | " + " | ".join(_fmt(r.get(k), f) for k, _, f in COLUMNS) + " |" for r in rows]
+    return "\n".join([head, sep, *body])
+
+
+# ------------------------------------------------------------------------------------------ plots
+def plot_l2_horizon(results: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name, o in (_get(results, "open", "planners") or {}).items():
+        ol = _get(o, "openloop", "overall") or {}
+        ts = [0.5 * (i + 1) for i in range(8)]
+        ys = [ol.get(f"l2_{t}s") for t in ts]
+        if all(y is not None for y in ys):
+            ax.plot(ts, ys, marker="o", label=name)
+    ax.set_xlabel("horizon (s)")
+    ax.set_ylabel("L2 to the expert (m)")
+    ax.set_title("L2 over the horizon (test split)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_bev_examples(p, results: dict, out_dir: Path, n: int = 4) -> list[Path]:
+    """BEV of a few test scenes with every planner's trajectory (the world's viewer draws the scene)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from wamdiff.driving.scene import Scene
+    from wamdiff.driving.viewer import plot_scene
+
+    plans_file = p.out / "eval" / "plans.json"
+    if not plans_file.exists():
+        return []
+    plans = json.loads(plans_file.read_text())
+    ids = plans["scene_ids"]
+    picked, seen = [], set()
+    for i, sid in enumerate(ids):  # one scene per family first
+        fam = sid.split("_")[0]
+        if fam not in seen:
+            seen.add(fam)
+            picked.append(i)
+    picked = picked[:n]
+    paths = []
+    for i in picked:
+        scene = Scene.load(p.data_dir / "scenes" / ids[i])
+        traj = {name: np.asarray(xy) for name, pl in plans["plans"].items() if (xy := pl[i]) is not None}
+        fig, ax = plt.subplots(figsize=(6, 6))
+        plot_scene(scene, traj, ax=ax)
+        ax.set_title(f"{ids[i]} ({scene.command})", fontsize=9)
+        path = out_dir / f"bev_{ids[i]}.png"
+        fig.savefig(path, dpi=110, bbox_inches="tight")
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+# ------------------------------------------------------------------------------------------ report
+def write_report(p, results: dict) -> Path:
+    from wamdiff.pipeline import provenance
+
+    out = p.out / "report"
+    out.mkdir(parents=True, exist_ok=True)
+    rows = table_rows(p, results)
+    print_table(rows)
+    with open(out / "summary.csv", "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=["planner", "spec", *[k for k, _, _ in COLUMNS]])
+        w.writeheader()
+        w.writerows(rows)
+    (out / "summary.json").write_text(json.dumps({"rows": rows, "provenance": provenance(), "results": results},
+                                                 indent=2, default=str))
+    plot_l2_horizon(results, out / "l2_horizon.png")
+    bevs = plot_bev_examples(p, results, out)
+    bench = results.get("bench") or {}
+    speed_png = bench.get("plot")
+    lines = [
+        "# wamdiff report", "",
+        f"Config `{p.config_path}`, commit `{provenance()['commit'][:10]}`, {provenance()['threads']} torch threads.", "",
+        "## Planners on the default world (test split; closed loop on the dev routes)", "",
+        markdown_table(rows), "",
+        "PDMS on the 0–100 scale (NAVSIM v1.1 definition); L2 in metres to the expert's logged trajectory at each "
+        "horizon; tok/s, ms/token and TPF measured while planning the test scenes (batched); × AR = tok/s ratio "
+        "to the AR VLA in the same run; QA = multi-task exact match after training.", "",
+    ]
+    if bench:
+        lines += ["## Decoding speed, side by side (AR VLA vs diffusion student, same prompts)", "",
+                  bench.get("markdown", "```\n" + json.dumps(bench, indent=1, default=str)[:3000] + "\n```"), ""]
+        if speed_png:
+            lines += [f"![speed]({Path(speed_png).name if Path(speed_png).parent == out else speed_png})", ""]
+    if results.get("overlap"):
+        o = results["overlap"]
+        lines += ["## Teacher–student top-5 token overlap", "",
+                  f"diffusion teacher: {_fmt(_get(o, 'diffusion', 'top5_overlap'), '{:.3f}')}, "
+                  f"AR teacher: {_fmt(_get(o, 'ar', 'top5_overlap'), '{:.3f}')} (paper: 0.582 vs 0.512)", ""]
+    lines += ["## L2 over the horizon", "", "![l2](l2_horizon.png)", ""]
+    if bevs:
+        lines += ["## Example scenes (BEV)", ""] + [f"![{b.stem}]({b.name})" for b in bevs] + [""]
+    training = results.get("training") or {}
+    if training:
+        lines += ["## Training stages", "", "| stage | steps | val masked acc | val AR acc | top-5 overlap | QA start | QA end | tok/s | wall s |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for name, t in training.items():
+            lines.append(f"| {name} | {_fmt(t.get('steps'), '{:d}')} | {_fmt(t.get('val_masked_acc'), '{:.3f}')} | "
+                         f"{_fmt(t.get('val_ar_token_acc'), '{:.3f}')} | {_fmt(t.get('val_top5_overlap'), '{:.3f}')} | "
+                         f"{_fmt(t.get('qa_exact_match_start'), '{:.3f}')} | {_fmt(t.get('qa_exact_match_end'), '{:.3f}')} | "
+                         f"{_fmt(t.get('train_tokens_per_s'), '{:.0f}')} | {_fmt(t.get('wall_s'), '{:.0f}')} |")
+        lines.append("")
+    path = out / "report.md"
+    path.write_text("\n".join(lines))
+    return path

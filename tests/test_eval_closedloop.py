@@ -1,0 +1,68 @@
+"""Closed loop on the real highway-env World: failures are recorded, never raised."""
+
+import numpy as np
+import pytest
+
+from wamdiff.eval.closedloop import Route, aggregate_routes, route_set, run_route
+from wamdiff.eval.planners import ConstantVelocityPlanner, Plan
+
+pytest.importorskip("wamdiff.driving.capture", reason="the world's observe() is not available")
+
+
+class StopPlanner:
+    """Stands still forever: must end as a timeout / blocked failure."""
+
+    name = "stop"
+
+    def plan(self, scenes):
+        return [Plan(np.zeros((8, 2)), heading=np.zeros(8)) for _ in scenes]
+
+
+class RamPlanner:
+    """Floors it straight down its lane at 40 m/s, ignoring traffic: must end in a collision."""
+
+    name = "ram"
+
+    def plan(self, scenes):
+        return [Plan(np.stack([np.arange(1, 9) * 20.0, np.zeros(8)], 1)) for _ in scenes]
+
+
+class RaisingPlanner:
+    name = "raises"
+
+    def plan(self, scenes):
+        raise RuntimeError("decoder exploded")
+
+
+def test_route_sets_are_fixed():
+    dev = route_set("dev")
+    assert len(dev) == 10 and dev == route_set("dev")
+    assert {r.family for r in dev} == {"highway", "merge", "roundabout", "intersection"}
+    assert len(route_set("full")) == 100
+
+
+def test_standing_still_times_out_and_is_not_a_success():
+    res = run_route(StopPlanner(), Route("t_stop", "intersection", 7_000_000, timeout_s=6.0), blocked_s=4.0)
+    assert res.status in ("Failed - timeout", "Failed - agent blocked"), res.error
+    assert not res.success and res.completion < 10.0
+    assert res.n_plans > 0
+
+
+def test_ramming_planner_crashes_and_is_not_a_success():
+    res = run_route(RamPlanner(), Route("t_ram", "highway", 7_000_001, timeout_s=20.0))
+    assert res.status == "Failed - collision", (res.status, res.error)
+    assert not res.success and res.infractions.get("collision_vehicle") == 1
+    assert res.driving_score <= 0.6 * res.completion + 1e-9
+
+
+def test_raising_planner_never_aborts_and_counts_fallbacks():
+    res = run_route(RaisingPlanner(), Route("t_raise", "highway", 7_000_002, timeout_s=3.0))
+    assert res.n_plans > 0 and res.n_fallback == res.n_plans and res.n_parse_fail == res.n_plans
+    assert res.status != "Failed - error", res.error
+    agg = aggregate_routes([res])
+    assert agg["overall"]["n_fallback"] == res.n_plans
+
+
+def test_world_error_is_recorded_as_failed_route():
+    res = run_route(ConstantVelocityPlanner(), Route("t_bad", "no_such_family", 1))
+    assert res.status == "Failed - error" and not res.success and res.error
