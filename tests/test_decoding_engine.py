@@ -263,3 +263,25 @@ def test_bad_config_raises():
         DecodeConfig(mode="beam")
     with pytest.raises(ValueError, match="threshold"):
         DecodeConfig(threshold=1.5)
+
+
+@pytest.mark.parametrize("fmt", ["fixed1", "fixed2", "bins"])
+def test_grammar_for_format_accepts_the_world_formatter_output(fmt):
+    import numpy as np
+
+    from wamdiff.decoding import Grammar
+    from wamdiff.driving.trajectory import format_trajectory
+    from wamdiff.models import build_tokenizer
+
+    tok = build_tokenizer()
+    gram = Grammar.for_format(tok, fmt)
+    table = gram.table(160, len(tok), token_id(tok, PAD))
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        xy = np.stack([rng.uniform(-4, 110, 8), rng.uniform(-29, 29, 8)], 1)
+        ids = tok.encode(format_trajectory(xy, fmt) + IM_END, add_special_tokens=False)
+        assert all(table[i, t] for i, t in enumerate(ids)), fmt
+        assert table[len(ids), token_id(tok, PAD)] and table[len(ids)].sum() == 1  # PAD after EOS
+    assert table[0].sum() == {"fixed1": 2, "fixed2": 2, "bins": 256}[fmt]
+    with pytest.raises(ValueError):
+        Grammar.for_format(tok, "text2")

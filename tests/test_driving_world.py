@@ -164,3 +164,10 @@ def test_closed_loop_hooks():
     assert scene.meta["agents"] == "constant_velocity"
     assert np.allclose(scene.ego_history[-1, :3], 0)
     assert not route_completed(w)
+
+
+def test_env_renderer_headless_frame_is_not_black():
+    from wamdiff.driving.render import render_env_frame
+
+    frame = render_env_frame(make_world("roundabout", 1))
+    assert frame.ndim == 3 and frame.std() > 5 and frame.mean() > 20

@@ -46,3 +46,19 @@ def test_specials_small_vocab_and_determinism(tok):
     assert len(tok.encode(prompt, add_special_tokens=False)) < 110  # the trained merges make the prompt short
     with pytest.raises(ValueError, match="bin index"):
         T.bin_token(256)
+
+
+def test_fixed_width_waypoints_have_one_token_per_character():
+    """Parallel decoding relies on it: the sign of a number must not change where later tokens sit."""
+    import numpy as np
+
+    from wamdiff.driving.trajectory import format_trajectory
+
+    tok = build_tokenizer()
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        xy = np.stack([np.sort(rng.uniform(-4, 110, 8)), rng.uniform(-25, 25, 8)], 1)
+        text = format_trajectory(xy, "fixed1")
+        ids = tok(text)["input_ids"]
+        assert len(ids) == len(text) == 111
+        assert tok.decode(ids) == text

@@ -1,49 +1,13 @@
-"""Shared helpers of the trainer tests: a tiny synthetic WAM-Diff2 dataset, tiny recipes, an attention spy.
-
-`ensure_reader()` installs a minimal stand-in for `wamdiff.driving.wamdiff2_json.read_samples` only while the
-world's reader is not in the tree (the trainer is coded against its documented API).
-"""
+"""Shared helpers of the trainer tests: a tiny synthetic WAM-Diff2 dataset (read back through the world's
+reader), tiny recipes, an attention-mask spy, safetensors loading."""
 
 from __future__ import annotations
 
 import contextlib
 import json
-import sys
-import types
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-
-
-@dataclass
-class _StandInSample:
-    id: str
-    image_paths: list
-    human: str
-    answer: str
-    meta: dict = field(default_factory=dict)
-
-
-def _standin_read_samples(path):
-    rows = json.loads(Path(path).read_text())
-    out = []
-    for r in rows:
-        images = r.get("image", [])
-        images = [images] if isinstance(images, str) else list(images)
-        conv = r["conversations"]
-        out.append(_StandInSample(str(r["id"]), images, conv[0]["value"], conv[1]["value"]))
-    return out
-
-
-def ensure_reader() -> None:
-    try:
-        import wamdiff.driving.wamdiff2_json  # noqa: F401
-    except ImportError:
-        mod = types.ModuleType("wamdiff.driving.wamdiff2_json")
-        mod.read_samples = _standin_read_samples
-        mod.ConversationSample = _StandInSample
-        sys.modules["wamdiff.driving.wamdiff2_json"] = mod
 
 
 @contextlib.contextmanager

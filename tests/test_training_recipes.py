@@ -8,12 +8,11 @@ import math
 
 import pytest
 import torch
-from test_training_fixtures import MaskSpy, ensure_reader, make_data, one_thread, tiny_recipe
+from test_training_fixtures import MaskSpy, make_data, one_thread, tiny_recipe
 
 from wamdiff.training import TrainingDiverged, load_recipe, train
 from wamdiff.training.trainer import Trainer
 
-ensure_reader()
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -6,12 +6,11 @@ import csv
 
 import pytest
 import torch
-from test_training_fixtures import ensure_reader, make_data, one_thread, state_dict_of, tiny_recipe
+from test_training_fixtures import make_data, one_thread, state_dict_of, tiny_recipe
 
 from wamdiff.training import train
 from wamdiff.training.checkpoint import latest_checkpoint
 
-ensure_reader()
 
 
 class Killed(KeyboardInterrupt):

@@ -45,6 +45,8 @@ class BenchGrid:
     repeats: int = 1
     compile: bool = False
     step_cost: bool = True
+    step_cost_tokens: int = 64
+    step_cost_repeats: int = 3
 
 
 # ------------------------------------------------------------------------------------------------ prompts
@@ -206,7 +208,8 @@ def run_bench(model, tokenizer, prompts, grid: BenchGrid, *, expert=None, fmt=No
         m = copy.deepcopy(base).to(DTYPES[dname]).eval()
         if grid.step_cost:
             costs.append({"dtype": dname, "threads": torch.get_num_threads(),
-                          **step_cost(m, tokenizer, pool[0], grid.block_sizes, compile=grid.compile)})
+                          **step_cost(m, tokenizer, pool[0], grid.block_sizes, compile=grid.compile,
+                                    n_tokens=grid.step_cost_tokens, repeats=grid.step_cost_repeats)})
             if progress:
                 progress(f"step cost {dname}: " + ", ".join(f"B{b} {costs[-1][f'B{b}_ratio']:.2f}x" for b in grid.block_sizes))
         for n in grid.batch_sizes:

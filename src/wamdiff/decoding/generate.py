@@ -88,7 +88,7 @@ def generate(model, tokenizer, prompts, config: DecodeConfig | None = None) -> l
 
 def _make_runner(model, batch, block_size: int, config: DecodeConfig) -> StepRunner:
     capacity = config.max_new_tokens + (1 if config.mode == "ar" else 0)
-    return StepRunner(model, batch, block_size, capacity, compile=config.compile)
+    return StepRunner(model, batch, block_size, capacity, compile=config.compile, cuda_graphs=config.cuda_graphs)
 
 
 def to_generations(tokenizer, out, lengths, forwards, finished, eos_id: int) -> list[Generation]:

@@ -5,8 +5,10 @@ bin token, EOS, PAD), so the constraint is a [n_positions, vocab] bool table bui
 logits of each position (AR step or block step alike) before the argmax / confidence. That removes the
 parallel-decoding failure of DESIGN §2.8 (number widths misaligned across positions decoded in parallel).
 
-Templates: a string with one character per answer token: 'S' = sign (+/-), 'D' = digit, 'B' = any bin
-token, anything else = that literal token; EOS follows the template, PAD after it.
+Templates: one entry per answer token (a string of single-character entries, or a list of token strings):
+'S' = sign (+/-), 'D' = digit, 'B' = any bin token, anything else = that literal token; EOS follows the
+template, PAD after it. `Grammar.for_format` derives the template from the world's own formatter
+(`wamdiff.driving.trajectory.format_trajectory`) and the tokenizer, so it cannot drift from the data.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ class Grammar:
     name: str = "custom"
 
     @classmethod
-    def from_template(cls, tokenizer, template: str, name: str = "template") -> "Grammar":
+    def from_template(cls, tokenizer, template, name: str = "template") -> "Grammar":
         def ids(tokens):
             out = [tokenizer.convert_tokens_to_ids(t) for t in tokens]
             unk = getattr(tokenizer, "unk_token_id", None)
@@ -41,15 +43,21 @@ class Grammar:
         return cls(classes, name)
 
     @classmethod
-    def for_format(cls, tokenizer, fmt: str, n_waypoints: int = 8) -> "Grammar":
-        """Grammar of a fixed-width trajectory format: 'bins' (2 bin tokens per waypoint), 'fixed1' (+012.3),
-        'fixed2' (+012.34); comma separated. 'text1'/'text2' have variable widths: no per-position grammar."""
-        if fmt == "bins":
-            return cls.from_template(tokenizer, "B" * (2 * n_waypoints), fmt)
-        if fmt in ("fixed1", "fixed2"):
-            number = "SDDD." + "D" * int(fmt[-1])
-            return cls.from_template(tokenizer, ",".join([number] * (2 * n_waypoints)), fmt)
-        raise ValueError(f"no fixed-width grammar for trajectory format {fmt!r} (use bins, fixed1 or fixed2)")
+    def for_format(cls, tokenizer, fmt: str) -> "Grammar":
+        """Grammar of a fixed-width trajectory format ('bins', 'fixed1', 'fixed2'): a sample answer is formatted
+        by the world's formatter and tokenized; each token becomes its class (digit, sign, bin) or a literal.
+        'text1'/'text2' have variable widths: no per-position grammar exists, ValueError."""
+        import numpy as np
+
+        from wamdiff.driving.trajectory import format_trajectory  # noqa: PLC0415
+
+        if fmt not in ("bins", "fixed1", "fixed2"):
+            raise ValueError(f"no fixed-width grammar for trajectory format {fmt!r} (use bins, fixed1 or fixed2)")
+        sample = format_trajectory(np.full((8, 2), 1.0), fmt)
+        toks = tokenizer.convert_ids_to_tokens(tokenizer.encode(sample, add_special_tokens=False))
+        bins = set(BIN_TOKENS)
+        template = ["B" if t in bins else "D" if t.isdigit() else "S" if t in "+-" else t for t in toks]
+        return cls.from_template(tokenizer, template, fmt)
 
     def table(self, n_positions: int, vocab_size: int, pad_id: int, device=None) -> torch.BoolTensor:
         """[n_positions, vocab] allowed-token table (positions beyond the template allow only PAD)."""

@@ -75,7 +75,8 @@ def collate_prompts(prompts, pad_id: int, device=None) -> PromptBatch:
 class StepRunner:
     """Owns the cache, the slot mask matrix, the positions and the one-step forward for one batch."""
 
-    def __init__(self, model, batch: PromptBatch, block_size: int, answer_capacity: int, *, compile: bool = False):
+    def __init__(self, model, batch: PromptBatch, block_size: int, answer_capacity: int, *, compile: bool = False,
+                 cuda_graphs: bool = False):
         self.model = model
         self.batch = batch
         self.vl = _is_vl(model)
@@ -122,6 +123,10 @@ class StepRunner:
         if compile:
             self._step = _compiled_step(model)
             self._step.runner = self
+        elif cuda_graphs and dev.type == "cuda":
+            from wamdiff.decoding.cuda_graphs import CudaGraphStep  # noqa: PLC0415  (CUDA-only path)
+
+            self._step = CudaGraphStep(self, self._step_eager)
 
     # ------------------------------------------------------------------------------------------ forwards
     def slot_inputs(self, q0: int, q1: int):

@@ -57,7 +57,8 @@ def generate(
     console.print(table)
     rate = stats["scenes_per_min"]
     console.print(f"this run: {stats['generated']} new, {stats['dropped']} dropped in {stats['seconds']:.1f} s"
-                  + (f" = {rate:.0f} simulated scenes/min" if rate else " (nothing to do)"))
+                  + (f" = {rate:.0f} simulated scenes/min wall, {stats['cpu_scenes_per_min']:.0f}/min on {workers} free cores"
+                     f" ({stats['cpu_seconds_per_scene'] * 1e3:.0f} ms CPU per scene)" if rate else " (nothing to do)"))
 
 
 @app.command()

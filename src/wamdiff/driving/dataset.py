@@ -48,13 +48,14 @@ def _work(job) -> dict:
     from wamdiff.driving.capture import Drop, generate_scene
     from wamdiff.driving.render import CameraConfig
 
-    t = time.perf_counter()
+    t, cpu = time.perf_counter(), time.process_time()
     result = generate_scene(family, seed, split, camera=CameraConfig(**camera), **world_cfg)
     if isinstance(result, Drop):
         return {"family": family, "seed": seed, "status": "drop", "reason": result.reason, "detail": result.detail,
-                "seconds": time.perf_counter() - t}
+                "seconds": time.perf_counter() - t, "cpu_seconds": time.process_time() - cpu}
     result.save(job_out(job) / "scenes" / scene_name(family, split, seed))
-    return {"family": family, "seed": seed, "status": "ok", "command": result.command, "seconds": time.perf_counter() - t}
+    return {"family": family, "seed": seed, "status": "ok", "command": result.command, "seconds": time.perf_counter() - t,
+            "cpu_seconds": time.process_time() - cpu}
 
 
 _OUT: Path | None = None
@@ -121,7 +122,7 @@ def generate_dataset(out: str | Path, families=FAMILIES, split: str = "train", n
         return jobs
 
     t0 = time.perf_counter()
-    generated, dropped_now = 0, 0
+    generated, dropped_now, cpu_seconds = 0, 0, 0.0
     jobs = plan_jobs()
     bar = None
     if progress:
@@ -137,6 +138,7 @@ def generate_dataset(out: str | Path, families=FAMILIES, split: str = "train", n
                 results = pool.imap_unordered(_work, jobs, chunksize=2) if pool else map(_work, jobs)
                 for r in results:
                     done.add((r["family"], r["seed"]))
+                    cpu_seconds += r["cpu_seconds"]
                     if r["status"] == "drop":
                         drops[(r["family"], r["seed"])] = r
                         drop_log.write(json.dumps(r) + "\n")
@@ -165,6 +167,9 @@ def generate_dataset(out: str | Path, families=FAMILIES, split: str = "train", n
         "simulated": generated + dropped_now,
         "seconds": elapsed,
         "scenes_per_min": 60.0 * (generated + dropped_now) / elapsed if elapsed > 0 and generated + dropped_now else None,
+        # what `workers` uncontended cores would do: wall numbers swing with other jobs on a shared machine
+        "cpu_seconds_per_scene": cpu_seconds / (generated + dropped_now) if generated + dropped_now else None,
+        "cpu_scenes_per_min": 60.0 * workers * (generated + dropped_now) / cpu_seconds if cpu_seconds > 0 else None,
     }
     write_split_files(out, split, selected, fmt)
     _update_manifest(out, split, families, n, fmt, selected, drops, stats, world_cfg, camera)

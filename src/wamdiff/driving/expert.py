@@ -6,7 +6,8 @@
   point within the braking distance), clipped to [-3.5, 1.5] m/s^2 and rate-limited (jerk 1.5 m/s^3 up,
   4 m/s^3 down); a junction yield (intersection priority rules) is a -3 m/s^2 deceleration to a stop, ignored once the ego
   is inside the junction (clearing it is safer than stopping in it);
-- lateral: highway-env's lane-following controller, with the steering rate limited; lane changes happen ONLY
+- lateral: highway-env's lane-following controller with softer gains (lateral tau 1.0 s, heading 0.25 s) and
+  the steering rate limited to 0.6 rad/s; lane changes happen ONLY
   where the route asks for one (discretionary MOBIL changes are off so the ego stays on its route), and only
   when MOBIL's safety criterion holds (nobody, ego included, must brake harder than 2 m/s^2).
 The ego can also be driven from outside (closed loop): see `World` in `world.py`.
@@ -87,7 +88,12 @@ class FastIDMMixin:
         if self.lane_index != self.target_lane_index:
             front, rear = self.road.neighbour_vehicles(self, self.target_lane_index)
             acc = min(acc, self.acceleration(self, front, rear))
-        Vehicle.act(self, {"steering": steer, "acceleration": _clip(acc, -self.ACC_MAX, self.ACC_MAX)})
+        acc = _clip(acc, -self.ACC_MAX, self.ACC_MAX)
+        # highway-env lets a hard brake overshoot zero and the car then drives backwards into whoever is behind
+        # (yielding traffic at junctions): stop at zero instead (the world ticks at 10 Hz)
+        if self.speed >= 0.0:
+            acc = max(acc, -self.speed / 0.1)
+        Vehicle.act(self, {"steering": steer, "acceleration": acc})
 
 
 class TrafficVehicle(FastIDMMixin, IDMVehicle):
@@ -120,6 +126,10 @@ class ExpertVehicle(FastIDMMixin, IDMVehicle):
     MAX_YAW_RATE = 0.6
     CURVE_BRAKE = 1.5  # m/s^2 planned deceleration toward a curve
     STEER_RATE = 0.6  # rad/s
+    # softer lane keeping than highway-env's (tau 0.6 s lateral, 0.2 s heading): its lane changes at highway
+    # speed reach 5-6 m/s^2 of lateral acceleration
+    KP_LATERAL = 1 / 1.0
+    KP_HEADING = 1 / 0.25
     LANE_CHANGE_MAX_BRAKING_IMPOSED = 2.0
 
     def __init__(self, road, position, heading=0.0, speed=0.0, **kwargs):

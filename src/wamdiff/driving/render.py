@@ -73,3 +73,18 @@ def render_camera(layers: dict, boxes: list[tuple], ego_size: tuple[float, float
     if s > 1:
         img = img.resize((cfg.size, cfg.size), Image.BILINEAR)
     return np.asarray(img).copy()
+
+
+def render_env_frame(world) -> np.ndarray:
+    """highway-env's own pygame rendering of a World (debugging / videos), headless.
+
+    Needs `SDL_VIDEODRIVER=offscreen` (the `dummy` driver gives black frames); the families set
+    `offscreen_rendering=True`. Returns (H, W, 3) uint8 at the env's screen size (600x150 highway, 600x600 junctions).
+    """
+    import os
+
+    os.environ.setdefault("SDL_VIDEODRIVER", "offscreen")
+    env = world.env
+    env.render_mode = "rgb_array"
+    env.config["offscreen_rendering"] = True
+    return np.asarray(env.render())

@@ -4,8 +4,9 @@ How the layers are built (world frame, see geometry.py):
 - lane polygon: a lane's left border followed by its right border reversed, sampled every 1 m on curved lanes
   and 5 m on straight ones (`lane_samples`); the centreline is sampled the same way.
 - intersection polygons: intersection family = convex hull of every lane inside the junction box (lanes
-  leaving an `ir*` node); roundabout = the ring lanes' union, buffered by `DRIVABLE_MARGIN`, plus the convex
-  hull of each arm's entry and exit lane pair where they meet the ring (the flared mouths).
+  leaving an `ir*` node); roundabout = the ring lanes' union buffered by `RING_MARGIN` = 2.0 m (highway-env's
+  entry lanes end ~4 m off the outer ring lane, so the ego swings wide when it joins), plus the convex hull of
+  each arm's entry and exit lanes within 12 m of the ring (the flared mouths).
 - drivable area = union of (every lane polygon buffered by `DRIVABLE_MARGIN` = 1.0 m) and the intersection
   polygons. The margin covers the corners of a 5 m ego box while it follows a curved lane and the shoulder a lane
   change blends across; calibrated so the expert's own future stays inside (generation drops a scene whose
@@ -25,6 +26,7 @@ from shapely.ops import split, unary_union
 from wamdiff.driving import geometry as geo
 
 DRIVABLE_MARGIN = 1.0  # m
+RING_MARGIN = 2.0  # m: highway-env's roundabout entries meet the ring ~4 m off its lane, the ego swings wide there
 MAP_RADIUS = 120.0  # m: half side of the square kept around the ego (4 s at 30 m/s)
 
 
@@ -47,7 +49,7 @@ class RoadGeometry:
         if family == "intersection" and junction:
             self.intersections = [unary_union(junction).convex_hull]
         elif family == "roundabout" and junction:
-            ring = unary_union(junction).buffer(DRIVABLE_MARGIN)
+            ring = unary_union(junction).buffer(RING_MARGIN)
             mouths = []
             for arm in ("s", "e", "n", "w"):
                 near = [polys[li].intersection(ring.buffer(12.0)) for li, _ in self.lanes

@@ -35,7 +35,6 @@ from highway_env.envs.roundabout_env import RoundaboutEnv
 from highway_env.envs.two_way_env import TwoWayEnv
 from highway_env.envs.u_turn_env import UTurnEnv
 from highway_env.road.road import Road, RoadNetwork
-from highway_env.vehicle.objects import Obstacle
 
 from wamdiff.driving import geometry as geo
 from wamdiff.driving.expert import ExpertVehicle, IntersectionTrafficVehicle, TrafficVehicle, speed_cap_from_curvature
@@ -57,7 +56,6 @@ class WorldConfig:
     warmup_s: float = 2.0  # simulated before t0 (>= 1.5 s so the ego history exists)
     route_length: float = 250.0  # m of route ahead of the ego's start (closed loop ends there)
     cull_distance: float = 160.0  # traffic further than this from the ego is removed (speed)
-    max_vehicles: int = 24
 
     @classmethod
     def for_family(cls, family: str, **overrides) -> "WorldConfig":
@@ -347,11 +345,11 @@ def _junction_route(env, destination: str) -> RoutePlan:
     return RoutePlan(lanes, destination=destination)
 
 
-def build_route_centerline(network, plan: RoutePlan, start_s: float, length: float, step: float = 1.0) -> tuple[np.ndarray, np.ndarray, np.ndarray, list]:
+def build_route_centerline(network, plan: RoutePlan, start_s: float, length: float, step: float = 1.0) -> tuple[np.ndarray, np.ndarray, list]:
     """The route as a world-frame polyline from `start_s` on its first lane, `length` m long.
 
-    Returns (xy (N,2), lane speed limit per point, junction flag per point (filled by the caller's family),
-    the lane index of every point). A lane change becomes a 30 m linear blend from the old to the new lane.
+    Returns (xy (N,2), lane speed limit per point, the lane index of every point). A lane change becomes a 30 m
+    linear blend from the old to the new lane.
     """
     pts, limits, owner = [], [], []
     change_at = {(road, tid): s for road, tid, s in plan.changes}
@@ -375,7 +373,7 @@ def build_route_centerline(network, plan: RoutePlan, start_s: float, length: flo
             i += 1
             total = float(geo.polyline_arclength(np.array(pts)).max()) if len(pts) > 1 else 0.0
             continue
-        for s in np.arange(s_cursor, lane_len, step):
+        for s in np.arange(s_cursor, min(lane_len, s_cursor + length - total + 2.0), step):
             pts.append(lane.position(s, 0.0)); limits.append(lane.speed_limit or 30.0); owner.append(li)
         total = float(geo.polyline_arclength(np.array(pts))[-1]) if len(pts) > 1 else 0.0
         s_cursor = 0.0
@@ -386,7 +384,7 @@ def build_route_centerline(network, plan: RoutePlan, start_s: float, length: flo
     arc = geo.polyline_arclength(xy)
     keep = arc <= length
     keep[: min(2, len(keep))] = True
-    return xy[keep], np.array(limits)[keep], np.zeros(int(keep.sum()), bool), [o for o, k in zip(owner, keep) if k]
+    return xy[keep], limits[keep], [o for o, k in zip(owner, keep) if k]
 
 
 def route_curvature(xy: np.ndarray) -> np.ndarray:
@@ -426,7 +424,7 @@ class World:
         lane = self.road.network.get_lane(self.ego.lane_index)
         s_ego = lane.local_coordinates(self.ego.position)[0]
         start = max(0.0, s_ego - 15.0)
-        xy, limits, junction, owners = build_route_centerline(self.road.network, self.plan, start, self.config.route_length + (s_ego - start))
+        xy, limits, owners = build_route_centerline(self.road.network, self.plan, start, self.config.route_length + (s_ego - start))
         self.route_centerline_world = xy
         self.route_lanes_per_point = owners
         self.route_junction = np.array([is_junction_lane(self.family, o) for o in owners], bool)
@@ -437,6 +435,7 @@ class World:
         self.route_heading = geo.polyline_headings(xy)
         self.ego.route_profile = (self.route_arclength, geo.world_to_hw_xy(xy), cap)
         self.route_start_s = geo.project_on_polyline(xy, self.ego_pose()[:2])[0]
+        self._route_s = None
 
     # -- ego state -----------------------------------------------------------------------------------------------
     def ego_pose(self) -> np.ndarray:
@@ -483,7 +482,21 @@ class World:
         limit = self.config.cull_distance
         self.road.vehicles = [v for v in self.road.vehicles if v is self.ego or np.linalg.norm(v.position - ego_pos) < limit]
 
+    def _update_route_s(self) -> None:
+        xy, arc = self.route_centerline_world, self.route_arclength
+        last = getattr(self, "_route_s", None)
+        if last is None:
+            window = np.arange(len(arc))
+        else:
+            window = np.flatnonzero((arc >= last - 20.0) & (arc <= last + 80.0))
+            if len(window) < 2:
+                window = np.arange(len(arc))
+        lo, hi = window[0], window[-1] + 1
+        s, _, _ = geo.project_on_polyline(xy[lo:hi], self.ego_pose()[:2])
+        self._route_s = float(arc[lo] + s)
+
     def _record(self) -> None:
+        self._update_route_s()
         p = self.ego_pose()
         v = self.ego.speed * np.array([np.cos(p[2]), np.sin(p[2])])
         self._log.append(np.array([self.time, p[0], p[1], p[2], v[0], v[1], self.ego.speed]))
@@ -537,16 +550,9 @@ def make_world(family: str, seed: int, **cfg) -> World:
 def route_progress(world: World) -> float:
     """Metres along the route centreline from where the ego started (its projection, clipped >= 0).
 
-    The projection searches a window around the previous answer (-20 m .. +80 m of arc length), so a route that
-    passes near itself (roundabout arms) cannot make progress jump."""
-    xy, arc = world.route_centerline_world, world.route_arclength
-    last = getattr(world, "_route_s", world.route_start_s)
-    window = np.flatnonzero((arc >= last - 20.0) & (arc <= last + 80.0))
-    if len(window) < 2:
-        window = np.arange(len(arc))
-    lo, hi = window[0], window[-1] + 1
-    s, _, _ = geo.project_on_polyline(xy[lo:hi], world.ego_pose()[:2])
-    world._route_s = float(arc[lo] + s)
+    The projection is tracked every tick inside a window around the previous one (-20 m .. +80 m of arc
+    length), so a route that passes near itself (roundabout arms) cannot make progress jump."""
+    world._update_route_s()
     return max(0.0, world._route_s - world.route_start_s)
 
 
@@ -560,5 +566,5 @@ def route_completed(world: World, tolerance: float = 5.0) -> bool:
 
 __all__ = [
     "FAMILIES", "WorldConfig", "World", "make_world", "route_progress", "route_completed", "route_length",
-    "is_junction_lane", "RoutePlan", "Obstacle",
+    "is_junction_lane", "RoutePlan",
 ]

@@ -96,12 +96,18 @@ def plot_bev(scene, trajectories: dict[str, np.ndarray], path: Path, sim_states:
     veh = scene_vehicle(scene)
     colors = ["tab:orange", "tab:purple", "tab:cyan", "tab:olive", "tab:pink", "tab:brown"]
     try:
-        from wamdiff.driving.viewer import plot_scene
-    except ImportError:
+        from wamdiff.driving import viewer
+
+        plot_scene = viewer.plot_scene
+        colors = list(getattr(viewer, "_EXTRA_COLOURS", colors))  # simulated boxes in their plan's colour
+    except (ImportError, AttributeError):
         plot_scene = None
     if plot_scene is not None:
         fig, ax = plt.subplots(figsize=(6, 7))
-        plot_scene(scene, {k: v for k, v in trajectories.items() if k != "expert(log)"}, ax)
+        # the viewer draws the logged expert itself
+        trajectories = {k: v for k, v in trajectories.items() if k not in ("expert", "expert(log)")}
+        sim_states = {k: v for k, v in (sim_states or {}).items() if k in trajectories}
+        plot_scene(scene, trajectories, ax)
         to_screen = lambda xy: np.stack([-xy[..., 1], xy[..., 0]], -1)  # noqa: E731 - the viewer's frame
     else:
         fig, ax = plt.subplots(figsize=(7, 5))

@@ -1,7 +1,7 @@
 """The default world's tokenizer: a small byte-level BPE trained at build time on the prompt templates.
 
-Byte-level means any text (ASCII or not) round-trips losslessly; digits are split one per token before BPE
-(as Qwen does), so numbers never merge; merges are learned from a fixed corpus so the vocabulary (~700
+Byte-level means any text (ASCII or not) round-trips losslessly; digits and punctuation marks are split one
+per token before BPE (digits as Qwen does), so numbers never merge and waypoint text has one token per character; merges are learned from a fixed corpus so the vocabulary (~700
 entries including the 256 bin tokens and the specials) is identical on every run.
 """
 
@@ -54,6 +54,9 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.Sequence([
         pre_tokenizers.Digits(individual_digits=True),
+        # every punctuation mark its own token: ",+" and ",-" must have the same width, or the token positions
+        # of fixed-width waypoint text would shift with the sign (fatal for parallel decoding)
+        pre_tokenizers.Punctuation(behavior="isolated"),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
     ])
     tok.decoder = decoders.ByteLevel()

@@ -1,6 +1,7 @@
 """Resumable checkpoints, written atomically.
 
-Layout of one checkpoint `OUT/checkpoints/step-000120/`:
+Layout of one checkpoint `OUT/checkpoints/step-000120/` (under FSDP/DeepSpeed the optimiser state is in
+`accelerate/`, written by `Accelerator.save_state`, instead of optimizer.pt):
   model/              save_model(...) output (safetensors, tokenizer, image processor, diffusion settings)
   optimizer.pt        optimizer state
   scheduler.pt        LR scheduler state
@@ -63,7 +64,8 @@ def atomic_dir(final: Path, write) -> Path:
 
 
 def save_training_state(tmp: Path, *, optimizer, scheduler, step: int, extra: dict) -> None:
-    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+    if optimizer is not None:
+        torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
     torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
     (tmp / "state.json").write_text(json.dumps({"step": step, **extra}, indent=2, default=str))
 
@@ -88,7 +90,8 @@ def prune_checkpoints(output_dir: str | Path, keep_last: int) -> None:
 
 
 def load_training_state(ckpt: Path, *, optimizer, scheduler, rank: int) -> dict:
-    optimizer.load_state_dict(torch.load(ckpt / "optimizer.pt", weights_only=False))
+    if optimizer is not None:  # None: restored elsewhere (accelerate.load_state under FSDP/DeepSpeed)
+        optimizer.load_state_dict(torch.load(ckpt / "optimizer.pt", weights_only=False))
     scheduler.load_state_dict(torch.load(ckpt / "scheduler.pt", weights_only=False))
     rng_file = ckpt / f"rng-rank{rank}.pt"
     if rng_file.exists():

@@ -1,10 +1,14 @@
 """`wamdiff train --recipe configs/recipes/X.yaml [--set key=value ...] [--resume]`.
 
-Runs in one process, or under `accelerate launch [--config_file configs/accelerate/X.yaml] -m wamdiff.cli
-train ...` / `torchrun` with several (the trainer reads the launch environment).
+Runs in one process, or with several (the trainer reads the launch environment; optim.batch_size is global):
+  CPU, one machine (gloo):  torchrun --nproc_per_node 2 -m wamdiff.cli train --recipe ...
+  GPU cluster:              accelerate launch --config_file configs/accelerate/{fsdp,deepspeed_zero2}.yaml \
+                                -m wamdiff.cli train --recipe ...   (or torchrun for plain data parallelism)
 """
 
 from __future__ import annotations
+
+import os
 
 import typer
 
@@ -45,6 +49,8 @@ def main(
     except TrainingDiverged as err:
         typer.secho(f"training stopped: {err}", fg=typer.colors.RED, err=True)
         raise typer.Exit(3) from None
+    if int(os.environ.get("RANK", "0")) != 0:
+        return
     m = result.metrics
     keys = [k for k in ("final_train_loss", "val_loss", "val_masked_acc", "val_ar_token_acc", "val_top5_overlap",
                         "qa_exact_match_start", "qa_exact_match_end", "train_tokens_per_s", "wall_s") if m.get(k) is not None]

@@ -37,6 +37,7 @@ class ModelSection:
 class DataSection:
     train: list[DataSource] = field(default_factory=list)
     val: str | None = None
+    image_root: str | None = None  # where relative image paths resolve (default: each JSON file's folder)
     max_train_samples: int | None = None  # per source, after reading (small runs / tests)
     max_val_samples: int | None = 64
 

@@ -66,6 +66,13 @@ class Batch:
             examples=self.examples[start:stop],
         )
 
+    def to(self, device) -> "Batch":
+        """Tensors on `device` (a no-op on CPU); bookkeeping lists stay as they are."""
+        mv = lambda x: None if x is None else x.to(device, non_blocking=True)  # noqa: E731
+        return replace(self, prompt_ids=mv(self.prompt_ids), prompt_mask=mv(self.prompt_mask), x0=mv(self.x0),
+                       answer_mask=mv(self.answer_mask), pixel_values=mv(self.pixel_values),
+                       image_grid_thw=mv(self.image_grid_thw), mm_token_type_ids=mv(self.mm_token_type_ids))
+
     def model_inputs(self) -> dict:
         """Keyword arguments shared by diffusion_forward / ar_forward (besides x0/xt/block size)."""
         return dict(
@@ -85,15 +92,8 @@ class Batch:
 # ------------------------------------------------------------------------------------------------ reading
 
 
-def _resolve_image(path: str, json_path: Path) -> Path:
-    p = Path(path)
-    if p.is_absolute() or p.exists():
-        return p
-    return json_path.parent / p
-
-
 def load_examples(json_path: str | Path, tokenizer, *, vision: bool, limit: int | None = None, source: int = 0,
-                  image_processor=None) -> list[Example]:
+                  image_processor=None, image_root: str | Path | None = None) -> list[Example]:
     """Read one WAM-Diff2 JSON file and encode every sample (prompt with its images, answer ids)."""
     from PIL import Image
 
@@ -103,7 +103,7 @@ def load_examples(json_path: str | Path, tokenizer, *, vision: bool, limit: int 
     json_path = Path(json_path)
     if not json_path.exists():
         raise ValueError(f"training data file not found: {json_path}")
-    samples = read_samples(json_path)
+    samples = read_samples(json_path, image_root=image_root)  # image paths come back absolute
     if limit is not None:
         samples = samples[:limit]
     out = []
@@ -111,7 +111,7 @@ def load_examples(json_path: str | Path, tokenizer, *, vision: bool, limit: int 
         images = []
         if vision:
             for ip in s.image_paths:
-                with Image.open(_resolve_image(ip, json_path)) as im:
+                with Image.open(ip) as im:
                     images.append(im.convert("RGB"))
         try:
             prompt = encode_prompt(tokenizer, s.human, images, vision=vision, image_processor=image_processor)

@@ -22,7 +22,8 @@ def content_mask(batch) -> torch.Tensor:
 
 
 @torch.no_grad()
-def validation_metrics(model, objective: Objective, examples: list[Example], *, batch_size: int, pad_id: int, seed: int) -> dict:
+def validation_metrics(model, objective: Objective, examples: list[Example], *, batch_size: int, pad_id: int, seed: int,
+                       device=None) -> dict:
     from wamdiff.diffusion.forward import ar_forward
     from wamdiff.diffusion.losses import masked_diffusion_loss, symmetric_jsd, topk_overlap
 
@@ -36,6 +37,8 @@ def validation_metrics(model, objective: Objective, examples: list[Example], *, 
     for i, batch in enumerate(batches(examples, batch_size, pad_id=pad_id, block_multiple=objective.block_multiple)):
         n = len(batch)
         content = content_mask(batch)
+        if device is not None:
+            batch, content = batch.to(device), content.to(device)
         if isinstance(objective, ArSft):
             logits = ar_forward(model, answer=batch.x0, **_inputs_for(model, batch))
             add("val_loss", ar_loss(logits, batch.x0, batch.answer_mask), n)
@@ -43,7 +46,7 @@ def validation_metrics(model, objective: Objective, examples: list[Example], *, 
             add("val_ar_token_acc", hit.sum() / content.sum().clamp_min(1), float(content.sum()))
             continue
         gen = torch.Generator().manual_seed(seed * 1_000_003 + VAL_SEED_SALT + i)
-        inputs = objective.noise(batch, gen)
+        inputs = objective.noise(batch.to("cpu"), gen).to(batch.x0.device)  # noise drawn on CPU: same on any device
         masked = objective.masked(inputs)
         logits = objective.student_logits(model, inputs)
         add("val_loss", masked_diffusion_loss(logits, batch.x0, masked, inputs.t, batch.answer_mask), n)

@@ -33,6 +33,10 @@ class StepInputs:
     def __len__(self) -> int:
         return len(self.batch)
 
+    def to(self, device) -> "StepInputs":
+        mv = lambda x: None if x is None else x.to(device)  # noqa: E731
+        return StepInputs(self.batch.to(device), mv(self.xt), mv(self.t))
+
     def rows(self, start: int, stop: int) -> "StepInputs":
         return StepInputs(
             self.batch.rows(start, stop),

@@ -16,7 +16,9 @@ slices: with the same global batch, N processes compute the same update as one.
 from __future__ import annotations
 
 import math
+import os
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -90,6 +92,15 @@ def make_optimizer(model, o) -> torch.optim.Optimizer:
         return torch.optim.AdamW(groups, lr=o.lr, betas=o.betas, eps=o.eps)
 
 
+def cpu_has_fast_bf16() -> bool:
+    """bf16 autocast only pays on CPUs with native bf16 dot products (emulated bf16 is slower than fp32)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return True  # not Linux: let autocast decide
+    return any(f in flags for f in ("avx512_bf16", "amx_bf16"))
+
+
 def step_generator(seed: int, step: int, salt: int = 0) -> torch.Generator:
     return torch.Generator().manual_seed((seed * 1_000_003 + step * 7_919 + salt) % (2**63 - 1))
 
@@ -152,71 +163,33 @@ def load_teacher(recipe: Recipe, tokenizer):
 
 class Trainer:
     def __init__(self, recipe: Recipe, *, resume: bool = False, step_callback: Callable[[int], None] | None = None):
-        from accelerate import Accelerator
-
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()  # per-save/load shard bars would drown the training bar
         self.recipe = r = recipe
         self.step_callback = step_callback
+        self.output_dir = Path(r.output_dir)
         if r.threads:
             torch.set_num_threads(r.threads)
-        torch.set_flush_denormal(True)  # Adam's squared small gradients go denormal: 10x slower CPU arithmetic
-        mp = "bf16" if r.optim.mixed_precision == "bf16" else "no"
-        # accelerate keeps a process-wide singleton; chained stages in one process (pipeline API) may differ in
-        # mixed precision, so forget the previous run's settings (the process group, if any, is kept).
-        from accelerate.state import AcceleratorState, GradientState
-
-        AcceleratorState._reset_state(reset_partial_state=False)
-        GradientState._reset_state()
-        self.accelerator = Accelerator(
-            cpu=not torch.cuda.is_available(),
-            mixed_precision=mp,
-        )
+        torch.set_flush_denormal(True)  # Adam's squared small gradients go denormal: ~10x slower CPU arithmetic
+        self.accelerator = self._make_accelerator()
         self.world, self.rank = self.accelerator.num_processes, self.accelerator.process_index
         self.is_main = self.accelerator.is_main_process
-        n_rows = r.optim.batch_size // (self.world * r.optim.grad_accum)
-        if n_rows * self.world * r.optim.grad_accum != r.optim.batch_size:
-            raise ValueError(
-                f"recipe {r.name!r} field optim.batch_size: global batch {r.optim.batch_size} is not divisible by "
-                f"processes ({self.world}) x grad_accum ({r.optim.grad_accum})"
-            )
-        self.micro_rows = n_rows
-        self.output_dir = Path(r.output_dir)
+        self.micro_rows = self._rows_per_micro_step()
 
-        torch.manual_seed(r.seed)  # same initial weights on every process (DDP also broadcasts them)
+        torch.manual_seed(r.seed)  # same initial weights on every process
         self.model, self.tokenizer, self.image_processor = load_student(r)
         self.mask_id, self.pad_id = _mask_token_id(self.tokenizer), _pad_token_id(self.tokenizer)
         teacher = load_teacher(r, self.tokenizer) if r.kind.startswith("distill") else None
         self.objective: Objective = build_objective(r, self.mask_id, teacher)
         if teacher is not None:
             teacher.to(self.accelerator.device)
-
-        enc = dict(vision=hasattr(self.model.config, "vision_config"), image_processor=self.image_processor)
-        self.train_sets = [load_examples(s.path, self.tokenizer, limit=r.data.max_train_samples, source=i, **enc)
-                           for i, s in enumerate(r.data.train)]
-        self.val_set = load_examples(r.data.val, self.tokenizer, limit=r.data.max_val_samples, **enc) if r.data.val else []
-        qa = r.eval.qa
-        self.qa_set = load_examples(qa.path, self.tokenizer, limit=qa.max_samples, **enc) if qa.path else []
-        self.sampler = MixtureSampler([len(s) for s in self.train_sets], [s.weight for s in r.data.train], r.seed)
+        self._load_data()
 
         o = r.optim
         self.optimizer = make_optimizer(self.model, o)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, cosine_with_warmup(o.warmup_steps, o.steps, o.min_lr_ratio))
-        # The optimiser and scheduler are stepped by hand once per optimiser step (a prepared scheduler steps
-        # num_processes times per step when batches are not split). Plain data parallelism (DDP launch) is done
-        # by an explicit gradient all-reduce: the diffusion forward drives the HF model's submodules directly,
-        # which a DDP wrapper would not see. FSDP / DeepSpeed launches prepare the model as accelerate does.
-        from accelerate.utils import DistributedType
-
-        dt = self.accelerator.distributed_type
-        self.manual_allreduce = self.world > 1 and dt not in (DistributedType.FSDP, DistributedType.DEEPSPEED)
-        if self.manual_allreduce:
-            self.model.to(self.accelerator.device)
-            for p in self.model.parameters():  # identical start on every process
-                torch.distributed.broadcast(p.data, src=0)
-        else:
-            self.model = self.accelerator.prepare(self.model)
+        self._distribute()
 
         self.step = 0
         self.resumed_from: Path | None = None
@@ -225,6 +198,68 @@ class Trainer:
         self.logger = MetricsLogger(self.output_dir, tensorboard=r.log.tensorboard, enabled=self.is_main,
                                     resume_step=self.step if self.resumed_from else None)
         self.history: dict[str, list] = {}
+
+    def _make_accelerator(self):
+        from accelerate import Accelerator
+        from accelerate.state import AcceleratorState, GradientState
+
+        # accelerate keeps a process-wide singleton; chained stages in one process (pipeline API) may differ in
+        # mixed precision, so forget the previous run's settings (the process group, if any, is kept).
+        AcceleratorState._reset_state(reset_partial_state=False)
+        GradientState._reset_state()
+        cpu = not torch.cuda.is_available()
+        mp = "bf16" if self.recipe.optim.mixed_precision == "bf16" else "no"
+        if mp == "bf16" and cpu and not cpu_has_fast_bf16():
+            warnings.warn("optim.mixed_precision=bf16 but this CPU has no AVX512-BF16/AMX: training in fp32 instead")
+            mp = "no"
+        return Accelerator(cpu=cpu, mixed_precision=mp)
+
+    def _rows_per_micro_step(self) -> int:
+        o = self.recipe.optim
+        rows = o.batch_size // (self.world * o.grad_accum)
+        if rows * self.world * o.grad_accum != o.batch_size:
+            raise ValueError(
+                f"recipe {self.recipe.name!r} field optim.batch_size: global batch {o.batch_size} is not divisible "
+                f"by processes ({self.world}) x grad_accum ({o.grad_accum})"
+            )
+        return rows
+
+    def _load_data(self) -> None:
+        """Read and encode every file once: training sources (mixture), validation split, QA pairs."""
+        r = self.recipe
+        enc = dict(vision=hasattr(self.model.config, "vision_config"), image_processor=self.image_processor,
+                   image_root=r.data.image_root)
+        self.train_sets = [load_examples(s.path, self.tokenizer, limit=r.data.max_train_samples, source=i, **enc)
+                           for i, s in enumerate(r.data.train)]
+        self.val_set = load_examples(r.data.val, self.tokenizer, limit=r.data.max_val_samples, **enc) if r.data.val else []
+        qa = r.eval.qa
+        self.qa_set = load_examples(qa.path, self.tokenizer, limit=qa.max_samples, **enc) if qa.path else []
+        self.sampler = MixtureSampler([len(s) for s in self.train_sets], [s.weight for s in r.data.train], r.seed)
+
+    def _distribute(self) -> None:
+        """Place the model for the launch: one process, plain data parallel, or FSDP / DeepSpeed.
+
+        The optimiser and scheduler are stepped by hand once per optimiser step (a prepared scheduler steps
+        num_processes times per step when batches are not split). Plain data parallelism is an explicit
+        gradient all-reduce: the diffusion forward drives the HF model's submodules directly (model.model...),
+        which a DDP wrapper would not see. FSDP / DeepSpeed prepare model + optimiser as accelerate does.
+        """
+        from accelerate.utils import DistributedType
+
+        r, dt = self.recipe, self.accelerator.distributed_type
+        self.sharded = self.world > 1 and dt in (DistributedType.FSDP, DistributedType.DEEPSPEED)
+        self.manual_allreduce = self.world > 1 and not self.sharded
+        if self.manual_allreduce:
+            self.model.to(self.accelerator.device)
+            for p in self.model.parameters():  # identical start on every process
+                torch.distributed.broadcast(p.data, src=0)
+        elif self.sharded:  # GPU clusters (configs/accelerate/fsdp.yaml, deepspeed_zero2.yaml)
+            if dt == DistributedType.DEEPSPEED and r.optim.grad_accum != 1:
+                raise ValueError(f"recipe {r.name!r} field optim.grad_accum: DeepSpeed steps inside backward; "
+                                 "use grad_accum 1 (a larger optim.batch_size) or the FSDP config")
+            self.model, self.optimizer = self.accelerator.prepare(self.model, self.optimizer)
+        else:
+            self.model = self.accelerator.prepare(self.model)
 
     # -------------------------------------------------------------------------------------- properties
 
@@ -254,7 +289,8 @@ class Trainer:
     def my_rows(self, inputs: StepInputs, micro: int) -> StepInputs:
         """Rows of micro-step `micro` that belong to this process (global layout: [micro][rank][rows])."""
         start = (micro * self.world + self.rank) * self.micro_rows
-        return self.objective.complementary(inputs.rows(start, start + self.micro_rows))
+        part = inputs.rows(start, start + self.micro_rows).to(self.accelerator.device)
+        return self.objective.complementary(part)
 
     # -------------------------------------------------------------------------------------- on-policy
 
@@ -320,7 +356,8 @@ class Trainer:
                 f"Lower optim.lr, raise diffusion.min_rate or use optim.mixed_precision=no."
             )
         clip = r.optim.grad_clip if r.optim.grad_clip else float("inf")
-        grad_norm = float(acc.clip_grad_norm_(self.model.parameters(), clip))
+        norm = acc.clip_grad_norm_(self.model.parameters(), clip)
+        grad_norm = float(norm) if norm is not None else 0.0  # DeepSpeed clips inside its engine (None here)
         if not math.isfinite(grad_norm):
             raise TrainingDiverged(
                 f"non-finite gradient norm {grad_norm} at step {step + 1} of recipe {r.name!r} ({r.kind}, loss "
@@ -366,7 +403,7 @@ class Trainer:
         model.eval()
         with self.accelerator.autocast():
             out = validation_metrics(model, self.objective, self.val_set, batch_size=self.recipe.eval.batch_size,
-                                     pad_id=self.pad_id, seed=self.recipe.seed)
+                                     pad_id=self.pad_id, seed=self.recipe.seed, device=self.accelerator.device)
         model.train(was)
         return out
 
@@ -391,18 +428,36 @@ class Trainer:
 
     # -------------------------------------------------------------------------------------- checkpoints
 
+    def _save_model(self, directory: Path, state_dict: dict | None) -> None:
+        """save_model layout; under FSDP/DeepSpeed from the gathered full state dict."""
+        from wamdiff.models.build import save_model
+
+        if state_dict is None:
+            save_model(self.unwrapped, self.tokenizer, directory, self.image_processor)
+        else:
+            directory.mkdir(parents=True, exist_ok=True)
+            self.unwrapped.save_pretrained(directory, state_dict=state_dict)
+            self.tokenizer.save_pretrained(directory)
+            if hasattr(self.unwrapped.config, "vision_config"):
+                self.image_processor.save_pretrained(directory)
+
     def save_checkpoint(self) -> None:
         from accelerate.utils import gather_object
 
-        from wamdiff.models.build import save_model
-
         rngs = gather_object([ckpt.rng_state()]) if self.world > 1 else [ckpt.rng_state()]
+        final = ckpt.checkpoint_root(self.output_dir) / f"step-{self.step:06d}"
+        full = self.accelerator.get_state_dict(self.model) if self.sharded else None  # collective
+        if self.sharded:  # sharded optimiser state: every process writes its part (collective)
+            shards = final.with_name(final.name + ".shards")
+            self.accelerator.save_state(str(shards))
+            self.accelerator.wait_for_everyone()  # every shard on disk before the main process renames
         if self.is_main:
-            final = ckpt.checkpoint_root(self.output_dir) / f"step-{self.step:06d}"
 
             def write(tmp: Path) -> None:
-                save_model(self.unwrapped, self.tokenizer, tmp / "model", self.image_processor)
-                ckpt.save_training_state(tmp, optimizer=self.optimizer, scheduler=self.scheduler, step=self.step,
+                self._save_model(tmp / "model", full)
+                if self.sharded:
+                    os.replace(shards, tmp / "accelerate")
+                ckpt.save_training_state(tmp, optimizer=None if self.sharded else self.optimizer, scheduler=self.scheduler, step=self.step,
                                          extra={"sampler": self.sampler.state_dict(), "recipe": self.recipe.to_dict(),
                                                 "world_size": self.world})
                 for rank, state in enumerate(rngs):
@@ -420,10 +475,14 @@ class Trainer:
             if self.is_main:
                 print(f"[train] --resume: no checkpoint under {ckpt.checkpoint_root(self.output_dir)}; starting fresh")
             return
-        saved, _ = load_model(last / "model")
-        self.unwrapped.load_state_dict(saved.state_dict())
-        del saved
-        state = ckpt.load_training_state(last, optimizer=self.optimizer, scheduler=self.scheduler, rank=self.rank)
+        if self.sharded:  # weights + sharded optimiser state through accelerate (collective)
+            self.accelerator.load_state(str(last / "accelerate"))
+            state = ckpt.load_training_state(last, optimizer=None, scheduler=self.scheduler, rank=self.rank)
+        else:
+            saved, _ = load_model(last / "model")
+            self.unwrapped.load_state_dict(saved.state_dict())
+            del saved
+            state = ckpt.load_training_state(last, optimizer=self.optimizer, scheduler=self.scheduler, rank=self.rank)
         self.sampler.load_state_dict(state["sampler"])
         self.step = int(state["step"])
         self.resumed_from = last
@@ -431,11 +490,10 @@ class Trainer:
             print(f"[train] resumed {self.recipe.name!r} from {last} at step {self.step}")
 
     def save_final(self) -> Path:
-        from wamdiff.models.build import save_model
-
         final = self.output_dir / "final"
+        full = self.accelerator.get_state_dict(self.model) if self.sharded else None  # collective
         if self.is_main:
-            ckpt.atomic_dir(final, lambda tmp: save_model(self.unwrapped, self.tokenizer, tmp, self.image_processor))
+            ckpt.atomic_dir(final, lambda tmp: self._save_model(tmp, full))
         self.accelerator.wait_for_everyone()
         return final
 

@@ -72,9 +72,9 @@ def _path(centerline: np.ndarray, offset: float, ext: float) -> np.ndarray:
 
 def curvature_speed_cap(path: np.ndarray, max_lat_acc: float, brake: float, lookahead: float, step: float = 1.0):
     """(arc-length grid, speed cap) along a path: sqrt(a_lat / |kappa|), anticipated by braking at `brake`."""
-    line = shapely.LineString(path)
-    s = np.arange(0.0, line.length + step, step)
-    pts = shapely.get_coordinates(shapely.line_interpolate_point(line, s))
+    poly = _Polyline(path)
+    s = np.arange(0.0, poly.s[-1] + step, step)
+    pts = poly.point(s)
     h = np.unwrap(np.arctan2(np.gradient(pts[:, 1]), np.gradient(pts[:, 0])))
     kappa = np.abs(np.gradient(h, step))
     w = 5  # smooth over ~5 m: polyline vertices are not curvature
@@ -87,10 +87,20 @@ def curvature_speed_cap(path: np.ndarray, max_lat_acc: float, brake: float, look
     return s, ant
 
 
-def _heading_at(line: shapely.LineString, s: np.ndarray, eps: float = 0.5) -> np.ndarray:
-    a = shapely.get_coordinates(shapely.line_interpolate_point(line, np.maximum(s - eps, 0.0)))
-    b = shapely.get_coordinates(shapely.line_interpolate_point(line, s + eps))
-    return np.arctan2(b[:, 1] - a[:, 1], b[:, 0] - a[:, 0])
+class _Polyline:
+    """Arc-length interpolation on a polyline with numpy (shapely's line_interpolate_point is ~100x slower here)."""
+
+    def __init__(self, xy: np.ndarray):
+        self.xy = xy
+        self.s = np.concatenate([[0.0], np.cumsum(np.linalg.norm(np.diff(xy, axis=0), axis=1))])
+
+    def point(self, s: np.ndarray) -> np.ndarray:
+        s = np.clip(s, 0.0, self.s[-1])
+        return np.stack([np.interp(s, self.s, self.xy[:, 0]), np.interp(s, self.s, self.xy[:, 1])], -1)
+
+    def heading(self, s: np.ndarray, eps: float = 0.5) -> np.ndarray:
+        a, b = self.point(np.asarray(s) - eps), self.point(np.asarray(s) + eps)
+        return np.arctan2(b[..., 1] - a[..., 1], b[..., 0] - a[..., 0])
 
 
 def idm_proposals(scene, geo: SceneMapIndex, forecast: AgentTracks, vehicle: VehicleParams, p: IDMParams = IDMParams(),
@@ -100,26 +110,30 @@ def idm_proposals(scene, geo: SceneMapIndex, forecast: AgentTracks, vehicle: Veh
     v0 = scene.ego_speed if initial_speed is None else initial_speed
     steps = NUM_STATES
     proposals = []
+    if forecast.num:  # heading, length, width per agent and step, recovered from the corner boxes
+        c = forecast.corners
+        fwd = c[..., 0, :] - c[..., 1, :]  # front-left - rear-left
+        side = c[..., 0, :] - c[..., 3, :]  # front-left - front-right
+        forecast_boxes = np.stack([np.arctan2(fwd[..., 1], fwd[..., 0]), np.linalg.norm(fwd, axis=-1), np.linalg.norm(side, axis=-1)], -1)
     for offset in p.lateral_offsets:
-        line = shapely.LineString(_path(geo.centerline_xy if len(geo.centerline_xy) >= 2 else np.zeros((0, 2)), offset, p.extension_m))
+        path = _path(geo.centerline_xy if len(geo.centerline_xy) >= 2 else np.zeros((0, 2)), offset, p.extension_m)
+        line, poly = shapely.LineString(path), _Polyline(path)
         s_ego0 = float(shapely.line_locate_point(line, shapely.Point(0.0, 0.0)))
         # forecast agents in path coordinates: progress and signed lateral offset of every corner
         if forecast.num:
-            corners = forecast.corners[:, :steps]  # (A, T, 4, 2)
-            flat = corners.reshape(-1, 2)
-            s = shapely.line_locate_point(line, shapely.points(flat))
-            foot = shapely.get_coordinates(shapely.line_interpolate_point(line, s))
-            h = _heading_at(line, s)
-            lat = -np.sin(h) * (flat[:, 0] - foot[:, 0]) + np.cos(h) * (flat[:, 1] - foot[:, 1])
-            s = s.reshape(corners.shape[:3])
-            lat = lat.reshape(corners.shape[:3])
-            in_corridor = (lat.max(-1) > -vehicle.half_width) & (lat.min(-1) < vehicle.half_width)  # (A, T)
-            # a corner projecting onto the path end is beyond the route: only trust the corridor inside it
-            s_min = s.min(-1)
-            s_center = s.mean(-1)
-            hc = _heading_at(line, s_center.reshape(-1)).reshape(s_center.shape)
-            vel = forecast.centers[:, 1:steps] - forecast.centers[:, : steps - 1]
-            vel = np.concatenate([vel, vel[:, -1:]], 1) / DT if steps > 1 else np.zeros_like(forecast.centers[:, :steps])
+            # agent centres in path coordinates; the footprint's extent along/across the path from its box
+            centers = forecast.centers[:, :steps]  # (A, T, 2)
+            s_center = np.asarray(shapely.line_locate_point(line, shapely.points(centers.reshape(-1, 2)))).reshape(centers.shape[:2])
+            foot = poly.point(s_center)
+            hc = poly.heading(s_center)
+            lat = -np.sin(hc) * (centers[..., 0] - foot[..., 0]) + np.cos(hc) * (centers[..., 1] - foot[..., 1])
+            box = forecast_boxes[:, :steps]  # (A, T, 3): heading, length, width
+            dh = box[..., 0] - hc
+            half_along = 0.5 * (box[..., 1] * np.abs(np.cos(dh)) + box[..., 2] * np.abs(np.sin(dh)))
+            half_across = 0.5 * (box[..., 1] * np.abs(np.sin(dh)) + box[..., 2] * np.abs(np.cos(dh)))
+            in_corridor = np.abs(lat) < vehicle.half_width + half_across  # (A, T)
+            s_min = s_center - half_along
+            vel = np.diff(centers, axis=1, append=centers[:, -1:] + (centers[:, -1:] - centers[:, -2:-1])) / DT
             v_along = vel[..., 0] * np.cos(hc) + vel[..., 1] * np.sin(hc)
         n_f = len(p.speed_fractions)
         target0 = np.array(p.speed_fractions) * v_limit
@@ -147,8 +161,8 @@ def idm_proposals(scene, geo: SceneMapIndex, forecast: AgentTracks, vehicle: Veh
             s_e = s_e + 0.5 * (v + v_new) * DT
             v = v_new
             prog[:, k] = s_e
-        pts = shapely.get_coordinates(shapely.line_interpolate_point(line, prog.reshape(-1))).reshape(n_f, steps, 2)
-        hd = _heading_at(line, prog.reshape(-1)).reshape(n_f, steps)
+        pts = poly.point(prog)
+        hd = poly.heading(prog)
         poses = np.concatenate([pts, hd[..., None]], -1)
         poses[:, 0] = 0.0  # the initial ego pose, as NAVSIM prepends the current state
         proposals.append(poses)

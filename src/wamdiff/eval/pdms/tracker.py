@@ -154,21 +154,25 @@ class BatchLQRTracker:
         accel = np.where(stop, -p.stopping_gain * (v0 - v_ref), accel)
         # lateral: compose the LTV model over the horizon using the velocity profile of the chosen accel
         vel = v0[:, None] + accel[:, None] * dt * np.arange(hz)[None]
+        # The per-step model M_i = [[1, v dt, 0], [0, 1, v dt / L], [0, 0, 1]] keeps A upper unitriangular, so the
+        # composition A <- M A, B <- M B + [0, 0, dt], g <- M g + [0, -v kappa dt, 0] is tracked component-wise.
         n = len(state)
-        A = np.broadcast_to(np.eye(3), (n, 3, 3)).copy()
-        B = np.zeros((n, 3))
-        g = np.zeros((n, 3))
+        a01, a02, a12 = np.zeros(n), np.zeros(n), np.zeros(n)
+        b0, b1, b2 = np.zeros(n), np.zeros(n), np.zeros(n)
+        g0, g1 = np.zeros(n), np.zeros(n)
         wb = self.vehicle.wheel_base
         for i in range(hz):
-            a01 = vel[:, i] * dt
-            a12 = vel[:, i] * dt / wb
-            # M = [[1, a01, 0], [0, 1, a12], [0, 0, 1]]; X <- M X (+ affine / input terms)
-            A = np.stack([A[:, 0] + a01[:, None] * A[:, 1], A[:, 1] + a12[:, None] * A[:, 2], A[:, 2]], axis=1)
-            B = np.stack([B[:, 0] + a01 * B[:, 1], B[:, 1] + a12 * B[:, 2], B[:, 2] + dt], axis=1)
-            g = np.stack([g[:, 0] + a01 * g[:, 1], g[:, 1] + a12 * g[:, 2] - vel[:, i] * curv[:, i] * dt, g[:, 2]], axis=1)
-        x0 = np.stack([lat_err, head_err, state[:, STEER]], axis=1)
-        err = np.einsum("bij,bj->bi", A, x0) + g
+            m01 = vel[:, i] * dt
+            m12 = m01 / wb
+            a02 = a02 + m01 * a12
+            a01 = a01 + m01
+            a12 = a12 + m12
+            b0, b1, b2 = b0 + m01 * b1, b1 + m12 * b2, b2 + dt
+            g0, g1 = g0 + m01 * g1, g1 - vel[:, i] * curv[:, i] * dt
+        steer = state[:, STEER]
+        err = np.stack([lat_err + a01 * head_err + a02 * steer + g0, head_err + a12 * steer + g1, steer], 1)
         err[:, 1:] = wrap_angle(err[:, 1:])
+        B = np.stack([b0, b1, b2], 1)
         q = np.asarray(p.q_lat)
         steer_rate = -(B * q * err).sum(1) / ((B * q * B).sum(1) + p.r_lat)
         steer_rate = np.where(stop, 0.0, steer_rate)

@@ -1,0 +1,50 @@
+"""CUDA Graphs for the fixed-shape decode steps (CUDA only; never imported on a CPU path).
+
+Every step shape of a `StepRunner` is fixed per query length (AR: 1, block: B, fused commit: 2B) and every
+input lives in a tensor (ids, mask rows, position ids, cache write index), so each shape is captured once
+and replayed: inputs are copied into static buffers, the graph replays the whole text-model forward
+(K/V writes into the static cache included), the static logits are returned (clone before keeping them).
+Capture happens at the first call of a shape, mid-decode, with that call's real inputs; the warm-up run
+on a side stream performs exactly the writes the step would, so the cache stays correct.
+
+NOT verified on a GPU in this repository's CI (no GPU here): `tests/test_decoding_cuda.py` compares it with the
+eager path and is skipped without CUDA.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class CudaGraphStep:
+    def __init__(self, runner, eager_step):
+        self.runner = runner
+        self.eager = eager_step
+        self.graphs: dict[tuple, tuple] = {}
+
+    def __call__(self, ids, mask, pos, keep: int):
+        key = (tuple(ids.shape), tuple(mask.shape), tuple(pos.shape), keep)
+        entry = self.graphs.get(key)
+        cache = self.runner.cache
+        if entry is None:
+            s_ids, s_mask, s_pos = ids.clone(), mask.clone(), pos.clone()
+            s_idx = cache.write_index.clone()
+            cache.write_index = s_idx
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                for _ in range(2):
+                    self.eager(s_ids, s_mask, s_pos, keep)
+            torch.cuda.current_stream().wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                out = self.eager(s_ids, s_mask, s_pos, keep)
+            entry = self.graphs[key] = (graph, s_ids, s_mask, s_pos, s_idx, out)
+        graph, s_ids, s_mask, s_pos, s_idx, out = entry
+        s_ids.copy_(ids)
+        s_mask.copy_(mask)
+        s_pos.copy_(pos)
+        s_idx.copy_(cache.write_index)
+        cache.write_index = s_idx
+        graph.replay()
+        return out

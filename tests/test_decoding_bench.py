@@ -1,0 +1,48 @@
+"""`wamdiff bench` end to end on an untrained tiny preset with a shrunken grid (a smoke run, no timing asserts)."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from wamdiff.decoding.bench import BenchGrid, quality, run_bench, synthetic_prompts
+from wamdiff.decoding.cli import app
+from wamdiff.decoding.config import Generation
+
+
+def test_bench_cli_writes_json_plot_and_table(tmp_path):
+    out = tmp_path / "bench"
+    res = CliRunner().invoke(app, ["--preset", "tiny", "--batch", "1,2", "--blocks", "4", "--taus", "0.9",
+                                   "--dtypes", "fp32", "--max-new-tokens", "8", "--n-prompts", "2", "--no-step-cost",
+                                   "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    data = json.loads((out / "bench.json").read_text())
+    assert (out / "bench.png").stat().st_size > 0
+    assert "threads" in data and len(data["rows"]) == 2
+    row = data["rows"][0]
+    for k in ("tok_s", "ms_per_token", "forwards_per_sample", "tpf"):
+        assert row["ar"][k] > 0 and row["diffusion"][k] > 0
+    assert row["ar"]["tpf"] == 1.0  # AR: one token per forward
+    assert "AR tok/s" in res.output
+
+
+def test_bench_needs_exactly_one_model_source(tmp_path):
+    res = CliRunner().invoke(app, ["--out", str(tmp_path)])
+    assert res.exit_code != 0
+
+
+def test_step_cost_and_quality_are_reported():
+    from wamdiff.models import build_model, build_tokenizer, to_diffusion
+
+    tok = build_tokenizer()
+    model = to_diffusion(build_model("tiny", tok, vision=False, seed=0), 4, tokenizer=tok)
+    prompts = synthetic_prompts(tok, 2, vision=False)
+    grid = BenchGrid([1], [4], [0.9], ["fp32"], 6, 8, 1, False, True, step_cost_tokens=8, step_cost_repeats=1)
+    res = run_bench(model, tok, prompts, grid)
+    assert len(res["rows"]) == 1 and res["step_cost"][0]["dtype"] == "fp32"
+    assert res["step_cost"][0]["B4_ratio"] > 0
+    assert next(model.parameters()).dtype.is_floating_point  # the caller's model is left as it was (copies are cast)
+    g = [Generation([1, 2], "1.00,2.00," * 8, 2, True)]
+    q = quality(g, g, ["1.00,2.00," * 8], None)
+    assert q["exact_match_vs_ar"] == 1.0 and q["l2_vs_ar"] == 0.0 and q["l2_vs_expert"] == 0.0
