@@ -46,3 +46,28 @@ def test_step_cost_and_quality_are_reported():
     g = [Generation([1, 2], "1.00,2.00," * 8, 2, True)]
     q = quality(g, g, ["1.00,2.00," * 8], None)
     assert q["exact_match_vs_ar"] == 1.0 and q["l2_vs_ar"] == 0.0 and q["l2_vs_expert"] == 0.0
+
+
+def test_paired_bench_two_checkpoints_and_wamdiff2_json(tmp_path):
+    import numpy as np
+    from PIL import Image
+
+    from wamdiff.decoding.bench import paired_bench
+    from wamdiff.models import build_model, build_tokenizer, save_model, to_diffusion
+
+    tok = build_tokenizer()
+    save_model(build_model("tiny", tok, vision=True, seed=0), tok, tmp_path / "ar")
+    save_model(to_diffusion(build_model("tiny", tok, vision=True, seed=1), 4, tokenizer=tok), tok, tmp_path / "diff")
+    Image.fromarray(np.zeros((64, 64, 3), np.uint8)).save(tmp_path / "img.png")
+    answer = ",".join(["+001.0"] * 16)
+    rec = {"id": "s0", "image": "img.png", "conversations": [
+        {"from": "human", "value": "Here is a front-view image: <image>\nThe navigation information is: left"},
+        {"from": "gpt", "value": answer}]}
+    (tmp_path / "test.json").write_text(json.dumps([rec, rec]))
+    res = paired_bench(ar_checkpoint=tmp_path / "ar", diffusion_checkpoint=tmp_path / "diff", data=tmp_path / "test.json",
+                       out=tmp_path / "out", settings={"batch_sizes": [2], "block_sizes": [4], "thresholds": [0.9],
+                                                       "dtypes": ["fp32"], "prompts": 2, "max_new_tokens": 8,
+                                                       "step_cost": False})
+    assert res["format"] == "fixed1" and res["ar_baseline"] == "separate AR checkpoint"
+    assert (tmp_path / "out" / "bench.png").exists() and "| fp32 | 2 | 4 |" in res["markdown"]
+    assert res["rows"][0]["quality"]["parse_failures"] == 2  # untrained models do not write trajectories

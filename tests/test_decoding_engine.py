@@ -43,13 +43,10 @@ def _full_logits(model, ids: list[int], n_prompt: int, block: int, prompt) -> to
     """No-cache forward over [prompt | answer] with a brute-force block-causal mask (prompt token-causal,
     answer block c sees the prompt and answer blocks <= c). Returns logits [L, V] in fp32."""
     L = len(ids)
-    allow = torch.zeros(L, L, dtype=torch.bool)
-    for q in range(L):
-        for k in range(L):
-            if q < n_prompt:
-                allow[q, k] = k <= q
-            else:
-                allow[q, k] = k < n_prompt or (k - n_prompt) // block <= (q - n_prompt) // block
+    q, k = torch.arange(L)[:, None], torch.arange(L)[None, :]
+    q_ans, k_ans = q >= n_prompt, k >= n_prompt
+    same_or_earlier_block = (k - n_prompt).div(block, rounding_mode="floor") <= (q - n_prompt).div(block, rounding_mode="floor")
+    allow = torch.where(q_ans, ~k_ans | same_or_earlier_block, k <= q)  # prompt rows: causal (never see the answer)
     x = torch.tensor([ids])
     if hasattr(model.model, "get_rope_index"):
         mm = torch.zeros_like(x)
@@ -285,3 +282,15 @@ def test_grammar_for_format_accepts_the_world_formatter_output(fmt):
     assert table[0].sum() == {"fixed1": 2, "fixed2": 2, "bins": 256}[fmt]
     with pytest.raises(ValueError):
         Grammar.for_format(tok, "text2")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["ar", "block"])
+def test_compiled_step_gives_eager_tokens(mode):
+    model = tiny_qwen3(TOK, peaky=6.0, seed=14)
+    prompts = [synthetic_prompt(TOK, n, seed=n) for n in (4, 9)]
+    cfg = dict(mode=mode, block_size=4, threshold=0.6, max_new_tokens=12)
+    eager = generate(model, TOK, prompts, DecodeConfig(**cfg))
+    comp = generate(model, TOK, prompts, DecodeConfig(compile=True, **cfg))
+    assert [g.token_ids for g in comp] == [g.token_ids for g in eager]
+    assert [g.forwards for g in comp] == [g.forwards for g in eager]

@@ -171,3 +171,17 @@ def test_env_renderer_headless_frame_is_not_black():
 
     frame = render_env_frame(make_world("roundabout", 1))
     assert frame.ndim == 3 and frame.std() > 5 and frame.mean() > 20
+
+
+def test_continuous_actions_no_longer_crash_highway_env():
+    """Upstream merge / roundabout `_rewards` compare the action to ints, two-way / u-turn need target_speeds."""
+    from wamdiff.driving.world import (
+        HighwayFamily, IntersectionFamily, MergeFamily, RoundaboutFamily, TwoWayFamily, UTurnFamily,
+    )
+
+    for cls in (HighwayFamily, MergeFamily, RoundaboutFamily, IntersectionFamily, TwoWayFamily, UTurnFamily):
+        env = cls()
+        env.reset(seed=0)
+        for _ in range(2):
+            obs, reward, terminated, truncated, info = env.step(np.array([0.1, 0.0], np.float32))
+        assert np.isfinite(reward)

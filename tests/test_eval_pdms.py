@@ -40,10 +40,14 @@ def test_static_object_collision_scores_half():
 
 
 def test_rear_end_by_faster_car_is_not_at_fault():
-    # a car behind at 20 m/s drives through the ego (10 m/s): rear collision, ego not at fault
-    scene = straight_road_scene(speed=10.0, agents=[AgentSpec(x=-12.0, y=0.0, vx=20.0)])
+    # a car behind at 20 m/s drives into the ego (10 m/s): rear collision, ego not at fault - even while the
+    # ego straddles two lanes (lane centres at -2 and +2 m), where a lateral collision would be its fault
+    scene = straight_road_scene(speed=10.0, agents=[AgentSpec(x=-12.0, y=0.0, vx=20.0)], lane_shift=-2.0)
     row = score_one(scene, plan_from_speed_profile(np.full(8, 10.0)))
     assert row["nc"] == 1.0
+    # the same car coming in from the side (not from behind) while the ego straddles lanes: at fault
+    side = straight_road_scene(speed=10.0, agents=[AgentSpec(x=12.0, y=-6.0, vx=0.0, vy=3.0, length=4.0)], lane_shift=-2.0)
+    assert score_one(side, plan_from_speed_profile(np.full(8, 10.0)))["nc"] == 0.0
     # mirrored: the ego (10 m/s) runs into a slower car ahead (2 m/s) -> active front collision, at fault
     scene = straight_road_scene(speed=10.0, agents=[AgentSpec(x=12.0, y=0.0, vx=2.0)])
     assert score_one(scene, plan_from_speed_profile(np.full(8, 10.0)))["nc"] == 0.0
@@ -120,6 +124,8 @@ def test_epdms_terms():
     row = score_one(scene, plan_from_speed_profile(np.full(8, 10.0), y), config=PDMSConfig(epdms=True))
     assert row["lk"] == 0.0 and row["ddc"] == 1.0 and row["tlc"] == 1.0
     assert 0 <= row["epdms"] <= 1
+    # the v2 options (human filter included) never change the v1.1 PDMS
+    assert row["pdms"] == score_one(scene, plan_from_speed_profile(np.full(8, 10.0), y))["pdms"]
 
 
 @pytest.mark.parametrize("vehicle", [PACIFICA, VehicleParams.from_box(4.5, 1.9)])
@@ -161,3 +167,15 @@ def test_expert_planner_on_scene_without_future_falls_back_counted():
     assert plans[0].fallback == "cv" and not plans[0].parse_ok
     row = PDMSEvaluator().score([scene], plans, "expert")[0]
     assert row["valid"] and not row["parse_ok"]
+
+
+def test_reference_is_cached_per_scene_on_disk(tmp_path):
+    scene = straight_road_scene(speed=10.0, agents=[AgentSpec(x=40.0, y=0.0, vx=6.0)])
+    cfg = PDMSConfig(reference_cache=str(tmp_path))
+    first = PDMSEvaluator(cfg).reference_poses(scene)
+    assert len(list(tmp_path.glob("synthetic.*.npz"))) == 1
+    again = PDMSEvaluator(cfg).reference_poses(scene)  # a fresh evaluator reads the file
+    assert np.array_equal(first, again) and first.shape == (41, 3)
+    scene.agent_boxes[0, :, 0] += 5.0  # same id, different content: not served from the stale file
+    PDMSEvaluator(cfg).reference_poses(scene)
+    assert len(list(tmp_path.glob("synthetic.*.npz"))) == 2

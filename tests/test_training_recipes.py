@@ -210,3 +210,20 @@ def test_cli_runs_a_recipe_with_overrides(data, tmp_path):
     assert m["steps"] == 2 and m["block_size"] == 2 and math.isfinite(m["final_train_loss"])
     bad = runner.invoke(app, ["--recipe", str(path), "--set", "optim.lr=fast"])
     assert bad.exit_code == 2 and "optim.lr" in bad.output
+
+
+def test_complementary_masking_partitions_each_answer(data, tmp_path):
+    rec = load_recipe(tiny_recipe(data, tmp_path / "comp", "block", diffusion={"complementary": True}))
+    trainer = Trainer(rec)
+    part = trainer.my_rows(trainer.step_inputs(0), 0)
+    n = len(part) // 2
+    assert len(part) == 2 * len(trainer.step_inputs(1)) == 8
+    first, second = part.xt[:n] == trainer.mask_id, part.xt[n:] == trainer.mask_id
+    valid = part.batch.answer_mask[:n]
+    assert torch.equal(first ^ second, valid) and not (first & second).any()
+    assert torch.allclose(part.t[n:][valid], (1 - part.t[:n][valid]).clamp_min(rec.diffusion.min_rate))
+
+
+def test_text_only_student_trains(data, tmp_path):
+    m = train(tiny_recipe(data, tmp_path / "text", "block", model={"vision": False}, optim={"steps": 6})).metrics
+    assert m["val_loss"] < m["val_loss_start"]

@@ -30,11 +30,14 @@ for _name, _module, _help in _SUBCOMMANDS:
 
 
 @app.command()
-def pipeline(config: str = typer.Option("configs/default.yaml", help="Pipeline YAML.")) -> None:
+def pipeline(
+    config: str = typer.Option("configs/default.yaml", help="Pipeline YAML."),
+    train_only: bool = typer.Option(False, help="Stop after the training stages (no evaluation, no report)."),
+) -> None:
     """From nothing to every checkpoint and the report: data, AR SFT, curriculum, distillation, evaluation."""
     from wamdiff.pipeline import run_pipeline
 
-    run_pipeline(config)
+    run_pipeline(config, train_only=train_only)
 
 
 @app.command()

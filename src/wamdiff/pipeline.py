@@ -134,8 +134,7 @@ def stage_train(p: Pipeline, spec: dict) -> dict:
     if "teacher" in spec:
         overrides["teacher.path"] = str(p.checkpoint(spec["teacher"]))
     overrides.update(spec.get("set", {}))
-    resume = (out_dir / "checkpoints").exists() or any(out_dir.glob("checkpoint*"))
-    result = train(spec["recipe"], overrides, resume=resume)
+    result = train(spec["recipe"], overrides, resume=True)  # continues a killed stage; fresh when none
     keep = ("steps", "final_train_loss", "val_loss", "val_masked_acc", "val_ar_token_acc", "val_top5_overlap",
             "qa_exact_match_start", "qa_exact_match_end", "train_tokens_per_s", "wall_s")
     return {"checkpoint": str(result.final_model), **{k: result.metrics.get(k) for k in keep}}
@@ -164,7 +163,7 @@ def _threads(p: Pipeline) -> None:
         torch.set_num_threads(int(p.cfg["threads"]))
 
 
-def run_pipeline(config: str | Path) -> dict:
+def run_pipeline(config: str | Path, train_only: bool = False) -> dict:
     from wamdiff.evaluate import run_evaluation
     from wamdiff.report import write_report
 
@@ -175,6 +174,8 @@ def run_pipeline(config: str | Path) -> dict:
     run_stage(p, "data", lambda: stage_data(p))
     for spec in training_stages(p):
         run_stage(p, spec["name"], lambda spec=spec: stage_train(p, spec))
+    if train_only:
+        return {}
     results = run_evaluation(p, run_stage)
     report = write_report(p, results)
     _log(p, f"pipeline done in {time.perf_counter() - t0:.0f} s -> {report}")

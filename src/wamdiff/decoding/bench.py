@@ -144,8 +144,9 @@ def quality(gens: list[Generation], ref: list[Generation], expert: list[str] | N
 
 
 # ------------------------------------------------------------------------------------------------ timing
-def timed_generate(model, tokenizer, prompts, cfg: DecodeConfig, repeats: int):
-    generate(model, tokenizer, prompts, cfg)  # warm-up (allocations, compile, caches)
+def timed_generate(model, tokenizer, prompts, cfg: DecodeConfig, repeats: int, warmup: bool = True):
+    if warmup:
+        generate(model, tokenizer, prompts, cfg)  # warm-up (allocations, compile, caches)
     walls = []
     for _ in range(repeats):
         t0 = time.perf_counter()
@@ -197,15 +198,22 @@ def step_cost(model, tokenizer, prompt, block_sizes, *, n_tokens: int = 64, repe
     return res
 
 
-def run_bench(model, tokenizer, prompts, grid: BenchGrid, *, expert=None, fmt=None, progress=None) -> dict:
-    """The whole grid. Returns a JSON-able dict with `rows` (one per configuration) and `step_cost`."""
+def run_bench(model, tokenizer, prompts, grid: BenchGrid, *, expert=None, fmt=None, progress=None,
+              ar_model=None, ar_tokenizer=None) -> dict:
+    """The whole grid. Returns a JSON-able dict with `rows` (one per configuration) and `step_cost`.
+
+    `ar_model`: the AR baseline's own checkpoint (same class and tokenizer); default: `model` decoded AR.
+    The caller's models are never modified (each dtype runs on a cast copy)."""
     rows, costs = [], []
     base = copy.deepcopy(model).float()
+    ar_base = copy.deepcopy(ar_model).float() if ar_model is not None else None
+    ar_tok = ar_tokenizer or tokenizer
     n_prompts = max(grid.batch_sizes)
     pool = [prompts[i % len(prompts)] for i in range(n_prompts)]
     expert_pool = [expert[i % len(expert)] for i in range(n_prompts)] if expert else None
     for dname in grid.dtypes:
         m = copy.deepcopy(base).to(DTYPES[dname]).eval()
+        ar_m = copy.deepcopy(ar_base).to(DTYPES[dname]).eval() if ar_base is not None else m
         if grid.step_cost:
             costs.append({"dtype": dname, "threads": torch.get_num_threads(),
                           **step_cost(m, tokenizer, pool[0], grid.block_sizes, compile=grid.compile,
@@ -215,9 +223,11 @@ def run_bench(model, tokenizer, prompts, grid: BenchGrid, *, expert=None, fmt=No
         for n in grid.batch_sizes:
             batch = pool[:n]
             ar_cfg = DecodeConfig(mode="ar", max_new_tokens=grid.max_new_tokens, compile=grid.compile)
+            generate(ar_m, ar_tok, batch, ar_cfg)  # AR warm-up, once per (dtype, batch)
             for b in grid.block_sizes:
                 for tau in grid.thresholds:
-                    ar_g, ar_wall = timed_generate(m, tokenizer, batch, ar_cfg, grid.repeats)
+                    # AR is re-timed next to every diffusion run: the ratio is taken within the pair
+                    ar_g, ar_wall = timed_generate(ar_m, ar_tok, batch, ar_cfg, grid.repeats, warmup=False)
                     ar = summarize(ar_g, ar_wall)
                     cfg = DecodeConfig(mode="block", block_size=b, threshold=tau, max_steps_per_block=grid.max_steps_per_block,
                                        max_new_tokens=grid.max_new_tokens, compile=grid.compile)
@@ -230,7 +240,82 @@ def run_bench(model, tokenizer, prompts, grid: BenchGrid, *, expert=None, fmt=No
                     if progress:
                         progress(row)
     return {"threads": torch.get_num_threads(), "torch": torch.__version__, "grid": asdict(grid), "rows": rows,
-            "step_cost": costs, "n_params": sum(p.numel() for p in model.parameters())}
+            "step_cost": costs, "n_params": sum(p.numel() for p in model.parameters()),
+            "ar_baseline": "separate AR checkpoint" if ar_model is not None else "same model, AR decoding"}
+
+
+def guess_format(answer: str | None) -> str | None:
+    """Trajectory format of an expert answer text (for L2 parsing)."""
+    if not answer:
+        return None
+    if "<|bin_" in answer:
+        return "bins"
+    if re.match(r"^[+-]\d{3}\.\d{2},", answer):
+        return "fixed2"
+    if re.match(r"^[+-]\d{3}\.\d,", answer):
+        return "fixed1"
+    return "text2"
+
+
+def paired_bench(*, ar_checkpoint, diffusion_checkpoint, data=None, out, settings: dict | None = None) -> dict:
+    """Pipeline entry: the AR checkpoint (AR decoding) vs the diffusion checkpoint (block decoding) on the same
+    prompts (from a WAM-Diff2 JSON, else synthetic). Writes bench.json / bench.png / bench.md under `out`;
+    returns the result with `plot` (PNG path) and `markdown` (tables) added."""
+    from wamdiff.models import is_vision_model, load_model
+
+    st = dict(settings or {})
+    if st.get("threads"):
+        torch.set_num_threads(int(st["threads"]))
+    model, tok = load_model(diffusion_checkpoint)
+    ar_model, ar_tok = load_model(ar_checkpoint)
+    vision = is_vision_model(model)
+    n = int(st.get("prompts", 8))
+    expert = None
+    if data is not None and Path(data).exists():
+        prompts, expert = load_wamdiff2_json(Path(data), tok, vision=vision, limit=n)
+    else:
+        prompts = synthetic_prompts(tok, n, vision=vision)
+    grid = BenchGrid(
+        batch_sizes=list(st.get("batch_sizes", [1, 8])), block_sizes=list(st.get("block_sizes", [4, 8, 16, 32])),
+        thresholds=list(st.get("thresholds", [0.7, 0.8, 0.9, 0.95])), dtypes=list(st.get("dtypes", ["fp32", "bf16"])),
+        max_new_tokens=int(st.get("max_new_tokens", 160)), max_steps_per_block=int(st.get("max_steps_per_block", 32)),
+        repeats=int(st.get("repeats", 1)), compile=bool(st.get("compile", False)), step_cost=bool(st.get("step_cost", True)),
+    )
+    fmt = st.get("format") or guess_format(expert[0] if expert else None)
+    result = run_bench(model, tok, prompts, grid, expert=expert, fmt=fmt, ar_model=ar_model, ar_tokenizer=ar_tok)
+    result.update(ar_checkpoint=str(ar_checkpoint), diffusion_checkpoint=str(diffusion_checkpoint), format=fmt)
+    return write_outputs(result, Path(out))
+
+
+def write_outputs(result: dict, out: Path) -> dict:
+    out.mkdir(parents=True, exist_ok=True)
+    write_plot(result, out / "bench.png")
+    result["plot"] = str(out / "bench.png")
+    result["markdown"] = markdown_tables(result)
+    (out / "bench.md").write_text(result["markdown"])
+    (out / "bench.json").write_text(json.dumps(result, indent=2))
+    return result
+
+
+def markdown_tables(result: dict) -> str:
+    lines = [f"Threads: {result['threads']}; AR baseline: {result.get('ar_baseline')}; tok/s counts generated tokens only.",
+             "", "| dtype | batch | B | tau | AR tok/s | diffusion tok/s | ratio | ms/tok AR | ms/tok diff | fwd/sample AR "
+             "| fwd/sample diff | TPF | exact vs AR | L2 vs expert |", "|" + "---|" * 14]
+    for r in result["rows"]:
+        a, d, q = r["ar"], r["diffusion"], r["quality"]
+        l2 = "-" if q["l2_vs_expert"] is None else f"{q['l2_vs_expert']:.3f}"
+        lines.append(f"| {r['dtype']} | {r['batch']} | {r['block_size']} | {r['threshold']} | {a['tok_s']:.1f} | "
+                     f"{d['tok_s']:.1f} | {r['speedup']:.2f}x | {a['ms_per_token']:.2f} | {d['ms_per_token']:.2f} | "
+                     f"{a['forwards_per_sample']:.1f} | {d['forwards_per_sample']:.1f} | {d['tpf']:.2f} | "
+                     f"{q['exact_match_vs_ar']:.2f} | {l2} |")
+    if result.get("step_cost"):
+        keys = [k for k in result["step_cost"][0] if k.endswith("_ratio")]
+        lines += ["", "Cost of one forward in the decode loop relative to one AR step:", "",
+                  "| dtype | threads | AR ms | " + " | ".join(k.replace("_ratio", "") for k in keys) + " |",
+                  "|" + "---|" * (3 + len(keys))]
+        for c in result["step_cost"]:
+            lines.append(f"| {c['dtype']} | {c['threads']} | {c['ar_ms']:.2f} | " + " | ".join(f"{c[k]:.2f}x" for k in keys) + " |")
+    return "\n".join(lines) + "\n"
 
 
 # ------------------------------------------------------------------------------------------------ output

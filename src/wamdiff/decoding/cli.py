@@ -21,6 +21,7 @@ def _ints(s: str) -> list[int]:
 def bench(
     checkpoint: Path = typer.Option(None, help="Checkpoint directory (wamdiff.models.load_model)."),
     preset: str = typer.Option(None, help="Untrained preset for a smoke run: tiny | student | teacher."),
+    ar_checkpoint: Path = typer.Option(None, help="AR baseline checkpoint (default: the same model decoded AR)."),
     vision: bool = typer.Option(True, help="Preset only: Qwen3-VL (image prompts) or text-only Qwen3."),
     block_size: int = typer.Option(8, help="Preset only: diffusion block size recorded in the model."),
     data: Path = typer.Option(None, help="WAM-Diff2 JSON of prompts (images loaded from paths); default synthetic."),
@@ -40,12 +41,12 @@ def bench(
     out: Path = typer.Option(Path("runs/bench"), help="Output folder (bench.json, bench.png)."),
 ) -> None:
     """Run the benchmark (the default action of `wamdiff bench`)."""
-    import json
-
     import torch
     from rich.console import Console
 
-    from wamdiff.decoding.bench import BenchGrid, load_wamdiff2_json, print_table, run_bench, synthetic_prompts, write_plot
+    from wamdiff.decoding.bench import (
+        BenchGrid, guess_format, load_wamdiff2_json, print_table, run_bench, synthetic_prompts, write_outputs,
+    )
     from wamdiff.models import build_model, build_tokenizer, is_vision_model, load_model, to_diffusion
 
     console = Console(width=max(160, Console().width))
@@ -79,10 +80,11 @@ def bench(
                           f"AR {row['ar']['tok_s']:.1f} tok/s, diffusion {row['diffusion']['tok_s']:.1f} tok/s "
                           f"({row['speedup']:.2f}x), TPF {row['diffusion']['tpf']:.2f}")
 
-    result = run_bench(model, tok, prompts, grid, expert=expert, fmt=fmt, progress=progress)
+    ar_model, ar_tok = load_model(ar_checkpoint) if ar_checkpoint is not None else (None, None)
+    fmt = fmt or guess_format(expert[0] if expert else None)
+    result = run_bench(model, tok, prompts, grid, expert=expert, fmt=fmt, progress=progress, ar_model=ar_model,
+                       ar_tokenizer=ar_tok)
     result["source"] = str(checkpoint) if checkpoint else f"preset:{preset}"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "bench.json").write_text(json.dumps(result, indent=2))
-    write_plot(result, out / "bench.png")
+    write_outputs(result, out)
     print_table(result, console)
     console.print(f"wrote {out / 'bench.json'} and {out / 'bench.png'}")

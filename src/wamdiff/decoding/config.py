@@ -24,7 +24,9 @@ class DecodeConfig:
         prompt prefill with the first block's first step) instead of a separate commit forward.
     grammar: optional `wamdiff.decoding.grammar.Grammar` (per-position allowed tokens).
     dtype: cast the model to this dtype first (IN PLACE; e.g. torch.bfloat16); None keeps it.
-    compile: torch.compile the one-step function (same setting applies to AR and block).
+    compile: torch.compile the one-step function (same setting applies to AR and block). On CPU with
+        inductor weight freezing: the compiled step keeps the weights it first saw (inference only; one
+        compiled step per model, cached on it; first calls of each shape take tens of seconds).
     cuda_graphs: on CUDA, capture the fixed-shape steps as CUDA graphs (ignored on CPU).
     """
 

@@ -189,7 +189,11 @@ def _compiled_step(model):
                                cache=cache, use_cache=True).last_hidden_state
             return lm_head(h[:, h.shape[1] - keep:])
 
-        compiled = torch.compile(step, dynamic=False)
+        # CPU: inductor "freezing" folds the (inference-only) weights into the graph and prepacks them for
+        # oneDNN (AMX for bf16) -- measured 1.1-2x on the student preset. The weights are then constants of
+        # the compiled step: decoding a model whose weights change later needs compile=False.
+        on_cpu = next(model.parameters()).device.type == "cpu"
+        compiled = torch.compile(step, dynamic=False, options={"freezing": True} if on_cpu else None)
         fn = model._wamdiff_compiled_step = compiled
     return _BoundCompiled(fn)
 

@@ -36,6 +36,7 @@ def generate(
     speed_scale: float = typer.Option(1.0, help="Multiplies desired speeds."),
     image_size: int = typer.Option(64, help="Camera image side (pixels)."),
     pixels_per_meter: float = typer.Option(1.5, help="Camera scale."),
+    look_ahead: float = typer.Option(0.0, help="Metres the camera centre lies ahead of the ego (0 = ego-centred)."),
 ) -> None:
     """Simulate scenes with the expert and write scenes/, <split>.json(l), <split>_qa.json, manifest.json."""
     from rich.console import Console
@@ -44,14 +45,14 @@ def generate(
     from wamdiff.driving.dataset import generate_dataset
 
     stats = generate_dataset(out, _families(family), split, n, workers, fmt,
-                             camera={"size": image_size, "pixels_per_meter": pixels_per_meter},
+                             camera={"size": image_size, "pixels_per_meter": pixels_per_meter, "look_ahead": look_ahead},
                              density=density, speed_scale=speed_scale)
     manifest = json.loads((out / "manifest.json").read_text())["splits"][split]
     table = Table(title=f"{split}: {manifest['total']} scenes in {out}")
-    for col in ("family", "kept", "attempted", "drop rate", "drop reasons", "commands"):
+    for col in ("family", "kept", "attempted", "drop rate", "comfort pass", "drop reasons", "commands"):
         table.add_column(col)
     for fam, d in manifest["families"].items():
-        table.add_row(fam, str(d["kept"]), str(d["attempted"]), f"{d['drop_rate']:.1%}",
+        table.add_row(fam, str(d["kept"]), str(d["attempted"]), f"{d['drop_rate']:.1%}", f"{d['expert_comfort_pass_rate']:.1%}",
                       ", ".join(f"{k}:{v}" for k, v in d["dropped"].items()), ", ".join(f"{k}:{v}" for k, v in d["commands"].items()))
     console = Console()
     console.print(table)

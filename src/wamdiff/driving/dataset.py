@@ -203,7 +203,6 @@ def _update_manifest(out: Path, split: str, families, n: int, fmt: str, selected
     import highway_env
 
     import wamdiff
-    from wamdiff.driving.scene import Scene
 
     path = out / "manifest.json"
     manifest = json.loads(path.read_text()) if path.exists() else {}
@@ -215,12 +214,14 @@ def _update_manifest(out: Path, split: str, families, n: int, fmt: str, selected
         attempted = len(selected[f]) + sum(1 for (fam, s) in drops if fam == f and s <= last)
         commands = Counter()
         for seed in selected[f]:
-            commands[_command_of(out, f, split, seed, Scene)] += 1
+            commands[_command_of(out, f, split, seed)] += 1
         per_family[f] = {
             "kept": len(selected[f]),
             "attempted": attempted,
             "dropped": dict(reasons),
             "drop_rate": (attempted - len(selected[f])) / attempted if attempted else 0.0,
+            # share of the expert's crash-free runs that keep every nuPlan comfort bound over 0..4 s
+            "expert_comfort_pass_rate": _comfort_pass(reasons, attempted),
             "commands": dict(commands),
         }
     manifest.setdefault("splits", {})[split] = {
@@ -242,7 +243,13 @@ def _update_manifest(out: Path, split: str, families, n: int, fmt: str, selected
     tmp.replace(path)
 
 
-def _command_of(out: Path, family: str, split: str, seed: int, scene_cls) -> str:
+def _comfort_pass(reasons: Counter, attempted: int) -> float:
+    crash_free = attempted - reasons.get("crash", 0)
+    uncomfortable = sum(v for k, v in reasons.items() if k.startswith("comfort_"))
+    return 1.0 - uncomfortable / crash_free if crash_free > 0 else 1.0
+
+
+def _command_of(out: Path, family: str, split: str, seed: int) -> str:
     import numpy as np
 
     with np.load(out / "scenes" / f"{scene_name(family, split, seed)}.npz", allow_pickle=False) as z:

@@ -2,7 +2,7 @@
 
 Own drawing instead of highway-env's pygame renderer: it needs no display, never comes out black, and is far
 cheaper. Layout: image up = ego forward (+x), image left = ego left (+y); the ego's box centre sits at the
-image centre. Colours: off-road `OFFROAD`, drivable area `ROAD`, lane borders `MARKING`, intersection areas
+image centre (or `look_ahead` m below it). Default 64x64 at 1.5 px/m: about +-21 m around the ego. Colours: off-road `OFFROAD`, drivable area `ROAD`, lane borders `MARKING`, intersection areas
 `JUNCTION`, other vehicles `VEHICLE`, static objects `OBSTACLE`, the ego `EGO` (pure green: tests look for it).
 """
 
@@ -29,18 +29,20 @@ class CameraConfig:
     size: int = 64  # pixels, square
     pixels_per_meter: float = 1.5
     supersample: int = 2  # draw at 2x then downscale: cheap anti-aliasing keeps thin markings visible
+    look_ahead: float = 0.0  # m the image centre lies ahead of the ego's box centre (0 = ego-centred)
 
     @property
     def view_radius(self) -> float:
         """Metres from the centre to a corner: what must be drawn."""
-        return self.size / self.pixels_per_meter / 2 * np.sqrt(2) + 6.0
+        return self.size / self.pixels_per_meter / 2 * np.sqrt(2) + abs(self.look_ahead) + 6.0
 
 
 def _to_px(xy_ego: np.ndarray, cfg: CameraConfig, scale: int) -> np.ndarray:
-    """Ego-frame metres -> pixel (col, row) at `scale` x resolution. The ego box centre is the image centre."""
+    """Ego-frame metres -> pixel (col, row) at `scale` x resolution. The image centre is the ego's box centre
+    (moved `look_ahead` m forward)."""
     c = cfg.size * scale / 2
     k = cfg.pixels_per_meter * scale
-    x = xy_ego[..., 0] - geo.REAR_AXLE_TO_CENTER
+    x = xy_ego[..., 0] - geo.REAR_AXLE_TO_CENTER - cfg.look_ahead
     return np.stack([c - xy_ego[..., 1] * k, c - x * k], -1)
 
 

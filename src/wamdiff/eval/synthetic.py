@@ -32,9 +32,10 @@ def _rect(x0, x1, y0, y1) -> np.ndarray:
 def straight_road_scene(speed: float = 10.0, agents: list[AgentSpec] = (), lanes: int = 2, lane_width: float = 4.0,
                         ego_lane: int = 0, length: float = 300.0, speed_limit: float = 15.0, future_speed: float | None = None,
                         scene_id: str = "synthetic", family: str = "synthetic", ego_length: float = 5.0,
-                        ego_width: float = 2.0, intersection: tuple | None = None, drivable_margin: float = 0.0) -> Scene:
-    """A straight road along +x; lane i's centre at y = (i - ego_lane) * lane_width. Ego drives at `speed`."""
-    ys = (np.arange(lanes) - ego_lane) * lane_width
+                        ego_width: float = 2.0, intersection: tuple | None = None, drivable_margin: float = 0.0,
+                        lane_shift: float = 0.0) -> Scene:
+    """A straight road along +x; lane i's centre at y = (i - ego_lane) * lane_width + lane_shift; ego at `speed`."""
+    ys = (np.arange(lanes) - ego_lane) * lane_width + lane_shift
     x0, x1 = -50.0, length
     lane_polys = [_rect(x0, x1, y - lane_width / 2, y + lane_width / 2) for y in ys]
     centers = [np.stack([np.linspace(x0, x1, 60), np.full(60, y)], 1) for y in ys]

@@ -65,9 +65,10 @@ def ar_loss(logits: torch.Tensor, targets: torch.Tensor, valid: torch.Tensor) ->
 
 
 class Objective:
+    """Diffusion objectives share noising, complementary masking and the student forward; `loss` differs."""
+
     kind = "base"
-    streams = 2  # answer copies in the forward layout (x0 and xt)
-    block_size = 1
+    streams = 2  # answer copies in the forward layout (x0 and xt), for token counting
 
     def __init__(self, recipe, mask_token_id: int):
         self.recipe = recipe
@@ -100,7 +101,7 @@ class Objective:
         b = inputs.batch
         xt2, t2 = complementary_copy(b.x0, inputs.xt, inputs.t, self.mask_token_id, answer_mask=b.answer_mask,
                                      min_rate=self.recipe.diffusion.min_rate)
-        both = collate_twice(b)
+        both = stacked_twice(b)
         return StepInputs(both, torch.cat([inputs.xt, xt2]), torch.cat([inputs.t, t2]))
 
     def student_logits(self, model, inputs: StepInputs) -> torch.Tensor:
@@ -113,7 +114,7 @@ class Objective:
         raise NotImplementedError
 
 
-def collate_twice(b: Batch) -> Batch:
+def stacked_twice(b: Batch) -> Batch:
     """The batch stacked on itself (rows 0..N-1 then again), pixels included."""
     cat = lambda x: None if x is None else torch.cat([x, x])  # noqa: E731
     return replace(

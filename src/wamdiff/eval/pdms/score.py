@@ -85,7 +85,10 @@ class PDMSEvaluator:
     def _cache_path(self, scene) -> Path | None:
         if not self.config.reference_cache:
             return None
-        tag = hashlib.sha1(f"{PDMS_VERSION}|{self.idm}|{self.config.use_pacifica}|{self.config.drivable_tolerance}".encode()).hexdigest()[:10]
+        h = hashlib.sha1(f"{PDMS_VERSION}|{self.idm}|{self.config.use_pacifica}|{self.config.drivable_tolerance}".encode())
+        for arr in (scene.ego_history, scene.agent_boxes, scene.agent_valid, scene.map.route_centerline):  # content, not just the id
+            h.update(np.ascontiguousarray(arr).tobytes())
+        tag = h.hexdigest()[:12]
         return Path(self.config.reference_cache) / f"{scene.scene_id}.{tag}.npz"
 
     def reference_poses(self, scene) -> np.ndarray:
@@ -153,15 +156,19 @@ class PDMSEvaluator:
             try:
                 st = states[start: start + n]
                 m = score_states(st, ctx.agents, ctx.geo, ctx.vehicle, cfg, ctx.history)
-                if n == 3:  # human filter (NAVSIM v2): terms the expert fails too are set to 1 for the plan
-                    for k in ("nc", "dac", "ddc", "tlc", "ttc", "lk", "hc", "ec"):
-                        m[k][1] = np.where(m[k][2] == 0.0, 1.0, m[k][1])
                 pair = {k: v[:2] for k, v in m.items()}
-                res = combine(pair, epdms=self.config.epdms)
-                for k, v in res.items():
-                    if k == "collision_step":
-                        continue
-                    row[k] = float(v[1])
+                res = combine(pair)  # PDMS v1.1: no human filter
+                for k in ("nc", "dac", "ttc", "ep", "c", "pdms", "progress_m", *COMFORT_PARTS):
+                    row[k] = float(res[k][1])
+                if self.config.epdms:
+                    ext = {k: v.copy() for k, v in pair.items()}
+                    if n == 3:  # human filter (NAVSIM v2): a term the expert fails too is not held against the plan
+                        for k in ("nc", "dac", "ddc", "tlc", "ttc", "lk", "hc", "ec"):
+                            ext[k][1] = np.where(m[k][2] == 0.0, 1.0, ext[k][1])
+                    e = combine(ext, epdms=True)
+                    for k in ("ddc", "tlc", "lk", "hc", "ec", "epdms"):
+                        row[k] = float(e[k][1])
+                    row["epdms_ep"] = float(e["ep"][1])
                 row["ref_pdms"] = float(res["pdms"][0])
                 row["ref_progress_m"] = float(res["progress_m"][0])
                 row["collision_time_s"] = float(m["collision_step"][1] * 0.1) if np.isfinite(m["collision_step"][1]) else None
@@ -191,6 +198,8 @@ def aggregate(rows: list[dict], epdms: bool = False, config: PDMSConfig | None =
         for k in keys:
             vals = [r[k] for r in valid if r.get(k) is not None]
             out[k] = float(np.mean(vals)) if vals else None
+        parsed = [r["pdms"] for r in valid if r["parse_ok"] and r.get("pdms") is not None]
+        out["parsed_pdms"] = float(np.mean(parsed)) if parsed else None  # over the planner's own plans only
         return out
 
     families = sorted({r["family"] for r in rows})

@@ -20,7 +20,7 @@ from .vehicle import HEADING, VX, VY, X, Y, VehicleParams, states_to_centers, st
 EGO_STOPPED_SPEED = 5e-2  # collision typing (nuPlan)
 TTC_STOPPED_SPEED = 5e-3  # TTC is skipped below this ego speed
 TTC_STEPS = (0, 3, 6, 9)  # 0, 0.3, 0.6, 0.9 s ahead at 10 Hz
-AHEAD_DEG, BEHIND_DEG = 30.0, 181.0
+AHEAD_DEG, BEHIND_DEG = 30.0, 150.0
 PROGRESS_THRESHOLD = 5.0
 
 
