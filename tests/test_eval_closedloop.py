@@ -66,3 +66,9 @@ def test_raising_planner_never_aborts_and_counts_fallbacks():
 def test_world_error_is_recorded_as_failed_route():
     res = run_route(ConstantVelocityPlanner(), Route("t_bad", "no_such_family", 1))
     assert res.status == "Failed - error" and not res.success and res.error
+
+
+def test_routes_are_reproducible():
+    route = Route("t_rep", "roundabout", 7_002_000, timeout_s=4.0)
+    a, b = (run_route(ConstantVelocityPlanner(), route) for _ in range(2))
+    assert (a.status, a.completion, a.n_plans, a.comfort) == (b.status, b.completion, b.n_plans, b.comfort)

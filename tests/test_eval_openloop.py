@@ -49,11 +49,12 @@ def test_relative_change():
     assert relative_change({"ade": 0.9, "n": 3}, {"ade": 1.0, "n": 5}) == {"ade": pytest.approx(-0.1)}
 
 
-def test_planner_specs():
-    assert parse_spec("model:/ck/pt,mode=block,threshold=0.9,block=32") == ("model", "/ck/pt", {"mode": "block", "threshold": "0.9", "block": "32"})
-    p = make_planner("model:/ck,mode=ar,threshold=0.8,block=16")
+def test_planner_specs(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    p = make_planner(f"model:{tmp_path},mode=ar,threshold=0.8,block=16")
     assert isinstance(p, ModelPlanner) and p.settings.threshold == 0.8 and p.settings.block == 16
-    for bad in ("model:", "model:/x,foo=1", "nope", "cv:3", "model:/x,threshold=abc"):
+    assert parse_spec("model:/ck/pt,mode=block,threshold=0.9,block=32") == ("model", "/ck/pt", {"mode": "block", "threshold": "0.9", "block": "32"})
+    for bad in ("model:", "model:/x,foo=1", "nope", "cv:3", "model:/x,threshold=abc", "model:/no/such/checkpoint"):
         with pytest.raises(ValueError):
             make_planner(bad)
     scene = straight_road_scene(speed=5.0)

@@ -30,9 +30,10 @@ def _worker(rank: int, world: int, port: int, recipe: dict) -> None:
 def _recipe(data, out, **kw):
     # fp32 so the comparison is tight; 2 samples per process, gradient averaged over processes. Adam's eps is
     # raised: with eps=1e-8 a near-zero gradient's update is ~sign(g), which turns float summation-order noise
-    # (1e-10 absolute) into lr-sized differences that say nothing about the data-parallel logic.
+    # (1e-10 absolute) into lr-sized differences that say nothing about the data-parallel logic (measured: worst
+    # 4e-5 at eps 1e-8, 1e-7 at eps 1e-4).
     return tiny_recipe(data, out, "block", threads=1,
-                       optim={"steps": 4, "batch_size": 4, "mixed_precision": "no", "eps": 1e-6},
+                       optim={"steps": 4, "batch_size": 4, "mixed_precision": "no", "eps": 1e-4},
                        data={"train": [str(data["train"]), {"path": str(data["train_qa"]), "weight": 0.5}]},
                        eval={"at_start": False, "at_end": True}, checkpoint={"every": 2}, **kw)
 
@@ -47,7 +48,7 @@ def test_two_processes_match_one_with_the_same_global_batch(tmp_path):
     start = state_dict_of(tmp_path / "two" / "checkpoints" / "step-000002" / "model")
     worst = max(float((a[k] - b[k]).abs().max()) for k in a)
     moved = max(float((a[k] - start[k]).abs().max()) for k in a)
-    assert worst <= 1e-5 < moved, (worst, moved)
+    assert worst <= 1e-6 < moved, (worst, moved)
     losses = [read_metrics_csv(d / "metrics.csv")["loss"] for d in (tmp_path / "one", tmp_path / "two")]
     assert len(losses[0]) == 4 and all(abs(x[1] - y[1]) < 1e-5 for x, y in zip(*losses)), losses
     assert (tmp_path / "two" / "checkpoints" / "step-000004" / "rng-rank1.pt").exists()

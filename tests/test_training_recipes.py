@@ -227,3 +227,19 @@ def test_complementary_masking_partitions_each_answer(data, tmp_path):
 def test_text_only_student_trains(data, tmp_path):
     m = train(tiny_recipe(data, tmp_path / "text", "block", model={"vision": False}, optim={"steps": 6})).metrics
     assert m["val_loss"] < m["val_loss_start"]
+
+
+def test_vision_tower_and_language_model_follow_their_own_schedules(data, tmp_path):
+    rec = load_recipe(tiny_recipe(data, tmp_path / "lr", "block", optim={"steps": 4, "lr": 1e-3, "vision_lr": 1e-4,
+                                                                         "warmup_steps": 2, "min_lr_ratio": 0.0}))
+    trainer = Trainer(rec)
+    groups = {g["name"]: g for g in trainer.optimizer.param_groups}
+    vision_params = {id(p) for n, p in trainer.unwrapped.named_parameters() if n.startswith("model.visual.")}
+    assert vision_params and {id(p) for g in ("vision", "vision_nodecay") for p in groups[g]["params"]} == vision_params
+    seen = []
+    for step in range(4):
+        seen.append((groups["lm"]["lr"], groups["vision"]["lr"]))
+        trainer.train_step(step)
+    assert seen[0] == pytest.approx((5e-4, 5e-5)) and seen[1] == pytest.approx((1e-3, 1e-4))  # warm-up
+    assert seen[3][0] == pytest.approx(1e-3 * 0.5 * (1 + math.cos(math.pi * 0.5)))  # cosine, step 3 of 4
+    assert seen[3][0] / seen[3][1] == pytest.approx(10.0)

@@ -55,3 +55,19 @@ def test_resume_without_checkpoint_starts_fresh(tmp_path):
         r = train(tiny_recipe(data, tmp_path / "fresh", "ar_sft", optim={"steps": 2}, eval={"at_start": False, "at_end": False}), resume=True)
     assert r.metrics["steps"] == 2 and "resumed_from" not in r.metrics
     assert torch.isfinite(torch.tensor(r.metrics["final_train_loss"]))
+
+
+def test_resumed_run_keeps_its_start_metrics(tmp_path):
+    data = make_data(tmp_path / "data", n_train=4)
+    rec = tiny_recipe(data, tmp_path / "run", "block", optim={"steps": 4}, checkpoint={"every": 2})
+
+    def kill_at_3(step: int) -> None:
+        if step == 3:
+            raise Killed
+
+    with one_thread():
+        with pytest.raises(Killed):
+            train(rec, step_callback=kill_at_3)
+        m = train(rec, resume=True).metrics
+    assert "val_loss_start" in m and "val_loss" in m
+    assert [s for s, _ in m["history"]["loss"]] == [1, 2, 3, 4]

@@ -28,7 +28,10 @@ def _load(data: str, split: str | None, families: str | None, limit: int | None)
     from .data import load_scenes
 
     fams = [f.strip() for f in families.split(",")] if families else None
-    scenes, problems = load_scenes(data, split, fams, limit)
+    try:
+        scenes, problems = load_scenes(data, split, fams, limit)
+    except ValueError as err:
+        raise typer.BadParameter(str(err), param_hint="--data") from err
     if problems:
         console.print(f"[yellow]{len(problems)} unreadable scene file(s); first: {problems[0]}")
     if not scenes:
@@ -191,21 +194,30 @@ def closedloop(
     out: str = typer.Option("runs/eval/closedloop", help="Results directory."),
     families: str = typer.Option(None, help="Comma-separated families (default: all)."),
     strips: int = typer.Option(2, help="Frame strips for this many routes per planner."),
+    batch: int = typer.Option(0, help="Routes driven in lockstep, their replans batched into one planner call "
+                                      "(0: all routes of the set)."),
 ) -> None:
-    """Bench2Drive-style closed loop: re-plan every 0.5 s, track at 10 Hz, reactive traffic."""
+    """Bench2Drive-style closed loop: re-plan every 0.5 s, track at 10 Hz, reactive traffic.
+
+    All routes advance in lockstep so that each replan step is ONE batched planner call; results equal
+    driving the routes one by one."""
     from .closedloop import aggregate_routes, route_set, run_routes
     from .planners import make_planner
     from .report import plot_family_bars, plot_strip, safe_name, write_csv, write_json
 
     fams = [f.strip() for f in families.split(",")] if families else None
-    rset = route_set(routes, fams)
+    try:
+        rset = route_set(routes, fams)
+    except ValueError as err:
+        raise typer.BadParameter(str(err), param_hint="--routes/--families") from err
     outdir = Path(out)
     aggregates = {}
     with _progress() as prog:
         for spec in planner:
             task = prog.add_task(spec, total=len(rset))
             t0 = time.perf_counter()
-            results = run_routes(make_planner(spec), rset, record_frames=strips, progress=lambda: prog.advance(task))
+            results = run_routes(make_planner(spec), rset, record_frames=strips, progress=lambda: prog.advance(task),
+                                 batch=batch or None)
             agg = aggregate_routes(results)
             agg.update(planner=spec, route_set=routes, wall_seconds=time.perf_counter() - t0)
             rows = [r.row() for r in results]
@@ -213,7 +225,8 @@ def closedloop(
             write_json(agg, outdir / f"closedloop_{safe_name(spec)}.json")
             for r in results:
                 if r.frames:
-                    plot_strip([f for _, f in r.frames], [c for c, _ in r.frames], outdir / "strips" / f"{safe_name(spec)}_{r.route.name}.png",
+                    plot_strip([f for _, f in r.frames], [c for c, _ in r.frames],
+                               outdir / "strips" / f"{safe_name(spec)}_{r.route.name}.png",
                                title=f"{spec} {r.route.name}: {r.status}")
             aggregates[spec] = agg
     write_json({"version": next(iter(aggregates.values()))["version"], "planners": aggregates}, outdir / "closedloop_summary.json")

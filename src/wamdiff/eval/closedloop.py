@@ -146,22 +146,78 @@ def _plan_to_world(plan: Plan, pose: np.ndarray) -> np.ndarray:
     return out
 
 
+class RouteRunner:
+    """One route as a resumable unit: it drives until it needs a plan (`needs_plan`, `scene`), takes the raw
+    planner output (`give_plan`) and drives on, until `done`. Every failure mode ends in `result`, nothing raises.
+
+    `run_route` drives one runner alone; `run_routes` drives many in lockstep so that one `planner.plan(scenes)`
+    call serves every route that needs a plan at the same time. A route's trajectory only depends on its own world
+    and the plans it is given, so both give identical results for a deterministic planner.
+    """
+
+    def __init__(self, route: Route, expert_mode: bool = False, record_frames: bool = False, blocked_s: float = 20.0,
+                 frame_every_s: float = 2.0, max_frames: int = 8, max_deviation_m: float = 12.0):
+        self.result = RouteResult(route)
+        self.scene = None  # the Scene awaiting a plan while `needs_plan`
+        self.done = False
+        self._gen = _drive(route, self.result, expert_mode, record_frames, blocked_s, frame_every_s, max_frames,
+                           max_deviation_m)
+        self._started = False
+
+    @property
+    def needs_plan(self) -> bool:
+        return not self.done and self.scene is not None
+
+    def advance(self) -> "RouteRunner":
+        """Start the route: drive until the first plan is needed or the route ends."""
+        if not self._started:
+            self._started = True
+            self._resume(None)
+        return self
+
+    def give_plan(self, raw: Plan, planner_s: float = 0.0) -> "RouteRunner":
+        """Hand over the planner's raw Plan for `scene` (`planner_s`: this route's share of the planner time)."""
+        if not self.needs_plan:
+            raise RuntimeError(f"route {self.result.route.name} does not need a plan")
+        self.result.wall_s += planner_s
+        self._resume(raw)
+        return self
+
+    def _resume(self, raw) -> None:
+        t0 = time.perf_counter()
+        self.scene = None
+        try:
+            self.scene = self._gen.send(raw)  # send(None) starts the generator
+        except StopIteration:
+            self.done = True
+        except Exception as err:  # noqa: BLE001 - a crashing route is a failed route, never an aborted run
+            res = self.result
+            res.status = "Failed - error"
+            res.error = f"{type(err).__name__}: {err} | {traceback.format_exc(limit=3).splitlines()[-2].strip()}"
+            self.done = True
+        self.result.wall_s += time.perf_counter() - t0
+
+
 def run_route(planner, route: Route, record_frames: bool = False, blocked_s: float = 20.0, frame_every_s: float = 2.0,
               max_frames: int = 8, max_deviation_m: float = 12.0) -> RouteResult:
     """Drive one route; every failure mode is recorded in the result, nothing raises."""
-    res = RouteResult(route)
-    t_wall = time.perf_counter()
-    try:
-        _drive(planner, route, res, record_frames, blocked_s, frame_every_s, max_frames, max_deviation_m)
-    except Exception as err:  # noqa: BLE001 - a crashing route is a failed route, never an aborted run
-        res.status = "Failed - error"
-        res.error = f"{type(err).__name__}: {err} | {traceback.format_exc(limit=3).splitlines()[-2].strip()}"
-    res.wall_s = time.perf_counter() - t_wall
-    return res
+    runner = RouteRunner(route, _is_expert(planner), record_frames, blocked_s, frame_every_s, max_frames,
+                         max_deviation_m).advance()
+    while not runner.done:
+        t0 = time.perf_counter()
+        raw = _safe_plan_batch(planner, [runner.scene])[0]
+        runner.give_plan(raw, time.perf_counter() - t0)
+    return runner.result
 
 
-def _drive(planner, route: Route, res: RouteResult, record_frames: bool, blocked_s: float, frame_every_s: float,
-           max_frames: int, max_deviation_m: float) -> None:
+def _is_expert(planner) -> bool:
+    return getattr(planner, "name", "") == "expert"
+
+
+def _drive(route: Route, res: RouteResult, expert_mode: bool, record_frames: bool, blocked_s: float,
+           frame_every_s: float, max_frames: int, max_deviation_m: float):
+    """Generator: drives `route` into `res`; yields the Scene whenever it needs a plan and expects the planner's
+    raw Plan via `.send()`. The expert (world autopilot) never yields."""
     make_world, observe, route_progress, route_length, route_completed, geo = _world_api()
     from wamdiff.driving.roadmap import inside_drivable, road_geometry
 
@@ -173,7 +229,6 @@ def _drive(planner, route: Route, res: RouteResult, record_frames: bool, blocked
     ego = world.ego
     vehicle = VehicleParams.from_box(float(ego.LENGTH), float(ego.WIDTH), geo.REAR_AXLE_TO_CENTER)
     road = road_geometry(world)
-    expert_mode = getattr(planner, "name", "") == "expert"
 
     pose = world.ego_pose()
     state = np.zeros(STATE_SIZE)
@@ -188,14 +243,15 @@ def _drive(planner, route: Route, res: RouteResult, record_frames: bool, blocked
     while True:
         if tick % REPLAN_EVERY == 0 and not expert_mode:
             scene = observe(world)
-            raw = _safe_plan(planner, scene)
+            raw = yield scene
             plan = with_fallback([scene], [raw])[0]
             res.n_plans += 1
             res.n_parse_fail += int(not raw.parse_ok)
             res.n_fallback += int(bool(plan.fallback))
             ref = _plan_to_world(plan, state[[X, Y, HEADING]])
             tracker, k_plan = BatchLQRTracker(ref[None], vehicle), 0
-            if record_frames and len(res.frames) < max_frames and abs(world.time / frame_every_s - round(world.time / frame_every_s)) < 1e-6:
+            on_frame_time = abs(world.time / frame_every_s - round(world.time / frame_every_s)) < 1e-6
+            if record_frames and len(res.frames) < max_frames and on_frame_time:
                 res.frames.append((f"t={world.time:.0f}s v={state[VX]:.1f}", scene.image))
         elif expert_mode and record_frames and tick % int(frame_every_s / DT) == 0 and len(res.frames) < max_frames:
             res.frames.append((f"t={world.time:.0f}s v={ego.speed:.1f}", observe(world).image))
@@ -261,12 +317,23 @@ def _drive(planner, route: Route, res: RouteResult, record_frames: bool, blocked
     res.comfort = _window_comfort(np.array(states))
 
 
-def _safe_plan(planner, scene) -> Plan:
+def _safe_plan_batch(planner, scenes: list) -> list[Plan]:
+    """One guarded `planner.plan(scenes)` call: a raising planner (or a wrong number of plans) gives failed Plans
+    for the whole batch, counted as parse failures + fallbacks by each route."""
     try:
-        plans = planner.plan([scene])
-        return plans[0] if plans else Plan(None, parse_ok=False, reason="planner returned nothing")
+        plans = list(planner.plan(scenes))
     except Exception as err:  # noqa: BLE001 - counted as a failed plan, the fallback drives
-        return Plan(None, parse_ok=False, reason=f"planner raised {type(err).__name__}: {err}")
+        return [Plan(None, parse_ok=False, reason=f"planner raised {type(err).__name__}: {err}") for _ in scenes]
+    if len(plans) == len(scenes):
+        return plans
+    if len(scenes) == 1 and plans:
+        return plans[:1]
+    reason = "planner returned nothing" if not plans else f"planner returned {len(plans)} plans for {len(scenes)} scenes"
+    return [Plan(None, parse_ok=False, reason=reason) for _ in scenes]
+
+
+def _safe_plan(planner, scene) -> Plan:
+    return _safe_plan_batch(planner, [scene])[0]
 
 
 def _collision(state: np.ndarray, vehicle: VehicleParams, boxes: np.ndarray) -> int | None:
@@ -288,12 +355,50 @@ def _window_comfort(states: np.ndarray, window: int = 20) -> float | None:
     return float(ok.mean())
 
 
-def run_routes(planner, routes: list[Route], record_frames: int = 0, progress=None) -> list[RouteResult]:
-    out = []
-    for i, r in enumerate(routes):
-        out.append(run_route(planner, r, record_frames=i < record_frames))
+def run_routes(planner, routes: list[Route], record_frames: int = 0, progress=None, batch: int | None = None,
+               **route_kw) -> list[RouteResult]:
+    """Drive all routes in lockstep: every route runs until it needs a plan or ends, then ONE guarded
+    `planner.plan(scenes)` call serves all routes waiting for a plan, and so on until every route ended.
+
+    `batch` caps the routes in flight (None or <= 0: all); a finished route's slot goes to the next route at once.
+    The first `record_frames` routes keep frame strips. `progress()` is called once per finished route. Results come
+    back in route order and equal driving each route alone with `run_route` (for a deterministic planner).
+    `wall_s` of a route is its own driving time plus its equal share of each planner call it took part in.
+    """
+    if hasattr(planner, "prepare"):
+        planner.prepare()  # a checkpoint that does not load is a configuration error, not a failed route
+    expert = _is_expert(planner)
+    cap = len(routes) if not batch or batch <= 0 else int(batch)
+    out: list[RouteResult | None] = [None] * len(routes)
+    pending = list(enumerate(routes))[::-1]  # popped from the end: route order
+    active: list[tuple[int, RouteRunner]] = []
+
+    def finish(i: int, runner: RouteRunner) -> None:
+        out[i] = runner.result
         if progress is not None:
             progress()
+
+    while pending or active:
+        while pending and len(active) < cap:
+            i, r = pending.pop()
+            runner = RouteRunner(r, expert, record_frames=i < record_frames, **route_kw).advance()
+            if runner.done:
+                finish(i, runner)
+            else:
+                active.append((i, runner))
+        if not active:
+            continue
+        t0 = time.perf_counter()
+        raws = _safe_plan_batch(planner, [runner.scene for _, runner in active])
+        share = (time.perf_counter() - t0) / len(active)
+        still = []
+        for (i, runner), raw in zip(active, raws):
+            runner.give_plan(raw, share)
+            if runner.done:
+                finish(i, runner)
+            else:
+                still.append((i, runner))
+        active = still
     return out
 
 

@@ -85,6 +85,7 @@ def relative_change(values: dict, reference: dict) -> dict:
     out = {}
     for k, v in values.items():
         r = reference.get(k)
-        if isinstance(v, (int, float)) and isinstance(r, (int, float)) and not isinstance(v, bool) and r != 0 and not k.startswith("n_") and k != "n":
+        numeric = isinstance(v, (int, float)) and isinstance(r, (int, float)) and not isinstance(v, bool)
+        if numeric and r != 0 and not k.startswith("n_") and k != "n":
             out[k] = (v - r) / abs(r)
     return out

@@ -142,10 +142,18 @@ class ModelPlanner:
     """
 
     def __init__(self, checkpoint: str, settings: ModelSettings | None = None):
+        from pathlib import Path
+
+        if not (Path(checkpoint) / "config.json").is_file():  # a config error must fail loudly, not fall back
+            raise ValueError(f"model planner: {checkpoint} is not a model directory (no config.json)")
         self.checkpoint = checkpoint
         self.settings = settings or ModelSettings()
         self.name = f"model:{checkpoint}"
         self._model = self._tokenizer = self._image_processor = None
+
+    def prepare(self) -> None:
+        """Load the checkpoint now (plan_all calls this outside its per-batch error handling)."""
+        self._load()
 
     def _load(self):
         if self._model is None:
@@ -199,8 +207,8 @@ def _scene_prompt_fn():
     """The world engineer's `scene_prompt(scene)`, wherever it lives."""
     import importlib
 
-    for mod in ("wamdiff.driving.prompts", "wamdiff.driving.prompt", "wamdiff.driving.wamdiff2_json", "wamdiff.driving.qa", "wamdiff.driving.scene",
-                "wamdiff.driving.dataset"):
+    for mod in ("wamdiff.driving.prompts", "wamdiff.driving.prompt", "wamdiff.driving.wamdiff2_json", "wamdiff.driving.qa",
+                "wamdiff.driving.scene", "wamdiff.driving.dataset"):
         try:
             fn = getattr(importlib.import_module(mod), "scene_prompt", None)
         except ImportError:
@@ -277,6 +285,8 @@ def make_planner(spec: str, evaluator=None):
 def plan_all(planner, scenes: list, batch: int = 64, fallback: str = "cv", progress=None) -> list[Plan]:
     """Run a planner over scenes in batches and apply the counted fallback."""
     fb = getattr(getattr(planner, "settings", None), "fallback", fallback)
+    if hasattr(planner, "prepare"):
+        planner.prepare()  # loading errors are configuration errors: raise them
     plans: list[Plan] = []
     for i in range(0, len(scenes), batch):
         chunk = scenes[i: i + batch]

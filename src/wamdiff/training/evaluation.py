@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from wamdiff.training.data import Example, batches
-from wamdiff.training.objectives import ArSft, Distill, Objective, _inputs_for, ar_loss
+from wamdiff.training.objectives import ArSft, Distill, Objective, _inputs_for, ar_loss, build_objective, model_is_vision
 
 VAL_SEED_SALT = 424_242
 
@@ -89,3 +89,38 @@ def qa_exact_match(model, tokenizer, examples: list[Example], recipe) -> dict:
             finished += bool(g.finished)
     n = max(1, len(examples))
     return {"qa_exact_match": hits / n, "qa_finished": finished / n}
+
+
+@torch.no_grad()
+def teacher_student_overlap(student: str, teacher: str, *, teacher_kind: str, data: str, samples: int = 64,
+                            seed: int = 0, block_size: int | None = None, teacher_block_size: int | None = None,
+                            batch_size: int = 8) -> dict:
+    """Top-5 token overlap of a student with a teacher on held-out masked positions (the paper's ablation).
+
+    The same student, data and noise (fixed seed) for either teacher kind, so the figures of a diffusion
+    teacher and an AR teacher are directly comparable: `diffusion` scores the noisy x_t under its own block
+    mask, `ar` scores the clean answer causally.
+    """
+    import json
+    from pathlib import Path
+
+    from wamdiff.training.config import load_recipe
+    from wamdiff.training.data import load_examples
+    from wamdiff.training.trainer import _pad_token_id, load_student, load_teacher
+
+    if block_size is None:  # the student's own block size, from its saved diffusion settings
+        saved = json.loads((Path(student) / "config.json").read_text()).get("diffusion") or {}
+        block_size = int(saved.get("block_size", 1))
+    recipe = load_recipe({"name": f"overlap_{teacher_kind}", "kind": "distill_model", "seed": seed,
+                          "model": {"init": str(student), "block_size": block_size},
+                          "data": {"train": [str(data)], "val": str(data)},
+                          "teacher": {"path": str(teacher), "kind": teacher_kind,
+                                      "block_size": teacher_block_size or block_size}})
+    model, tokenizer, image_processor = load_student(recipe)
+    model.eval()
+    objective = build_objective(recipe, tokenizer.mask_token_id, load_teacher(recipe, tokenizer))
+    examples = load_examples(data, tokenizer, vision=model_is_vision(model), limit=samples, image_processor=image_processor)
+    m = validation_metrics(model, objective, examples, batch_size=batch_size, pad_id=_pad_token_id(tokenizer), seed=seed)
+    return {"teacher_kind": teacher_kind, "teacher": str(teacher), "student": str(student), "samples": len(examples),
+            "top5_overlap": m.get("val_top5_overlap"), "student_masked_acc": m.get("val_masked_acc"),
+            "teacher_masked_acc": m.get("val_teacher_masked_acc")}

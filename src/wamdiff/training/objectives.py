@@ -16,6 +16,7 @@ applied to the GLOBAL batch with a generator seeded by the step, then every proc
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 import torch
@@ -174,8 +175,6 @@ class Distill(Objective):
 
     @property
     def block_multiple(self) -> int:
-        import math
-
         return math.lcm(self.block_size, self.teacher_block_size if self.teacher_kind == "diffusion" else 1)
 
     @torch.no_grad()

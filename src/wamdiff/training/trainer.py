@@ -28,7 +28,7 @@ import torch
 from wamdiff.training import checkpoint as ckpt
 from wamdiff.training.config import Recipe, load_recipe
 from wamdiff.training.data import Batch, MixtureSampler, collate, load_examples
-from wamdiff.training.metrics import MetricsLogger, write_json
+from wamdiff.training.metrics import MetricsLogger, read_metrics_csv, write_json
 from wamdiff.training.objectives import Objective, StepInputs, build_objective
 
 
@@ -197,7 +197,6 @@ class Trainer:
             self._resume()
         self.logger = MetricsLogger(self.output_dir, tensorboard=r.log.tensorboard, enabled=self.is_main,
                                     resume_step=self.step if self.resumed_from else None)
-        self.history: dict[str, list] = {}
 
     def _make_accelerator(self):
         from accelerate import Accelerator
@@ -268,10 +267,7 @@ class Trainer:
         return self.accelerator.unwrap_model(self.model)
 
     def log(self, values: dict) -> None:
-        values = {k: float(v) for k, v in values.items()}
-        for k, v in values.items():
-            self.history.setdefault(k, []).append((self.step, v))
-        self.logger.log(self.step, values)
+        self.logger.log(self.step, {k: float(v) for k, v in values.items()})
 
     # -------------------------------------------------------------------------------------- data
 
@@ -570,9 +566,13 @@ class Trainer:
             train_tokens_per_s=train_tokens / train_time if train_time else None,
             wall_s=time.perf_counter() - t_start,
             final_model=str(final),
-            history={k: v for k, v in self.history.items() if not k.startswith("lr/")},
         )
-        if self.is_main:
+        if self.is_main:  # the whole run's curves, the part before a resume included
+            history = read_metrics_csv(self.logger.path)
+            before = {k: v[-1][1] for k, v in history.items() if k.endswith("_start")}
+            before |= {f"{k}_start": v[0][1] for k, v in history.items() if k.startswith("val_") and v[0][0] == 0}
+            summary |= {k: v for k, v in before.items() if k not in summary}
+            summary["history"] = {k: v for k, v in history.items() if not k.startswith("lr/")}
             write_json(self.output_dir / "metrics.json", summary)
         self.logger.close()
         return RunResult(self.output_dir, summary)

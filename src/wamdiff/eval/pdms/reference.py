@@ -8,12 +8,13 @@ t=0; the best by its own PDMS wins. Simplifications (documented, not NAVSIM's): 
 nearest forecast box whose footprint overlaps the ego-width corridor of the path, gap measured along the
 path; no emergency brake; the path is the scene's route centreline, extended straight at both ends.
 
-One addition: the IDM target speed is capped by the path curvature (lateral acceleration <= 3 m/s^2,
-anticipated with 1.5 m/s^2 braking). nuPlan maps lower the speed limit on curved connectors; the world's
-per-lane limits do not (a roundabout lane says 20 m/s), and NAVSIM's comfort checks cannot see lateral
-acceleration (the bicycle writes a_y = 0), so without the cap the reference would take a roundabout at
-the straight-road limit and set an EP bar no careful driver reaches. `IDMParams(max_lat_acc=None)`
-restores plain PDM-Closed behaviour.
+One addition: the IDM target speed is capped by the path curvature with the same curve-speed rule the
+world's drivers follow (`driving.expert.speed_cap_from_curvature`: lateral acceleration <= 2.5 m/s^2 and
+yaw rate <= 0.6 rad/s), anticipated with 1.5 m/s^2 braking. nuPlan maps lower the speed limit on curved
+connectors; the world's per-lane limits do not (a roundabout lane says 20 m/s), and NAVSIM's comfort checks
+cannot see lateral acceleration (the bicycle writes a_y = 0), so without the cap the reference would take a
+roundabout at the straight-road limit and set an EP bar no careful driver reaches.
+`IDMParams(max_lat_acc=None, max_yaw_rate=None)` restores plain PDM-Closed behaviour.
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ class IDMParams:
     decel_max: float = 3.0
     delta: float = 4.0
     extension_m: float = 200.0
-    max_lat_acc: float | None = 3.0  # curvature speed cap [m/s^2]; None = off (NAVSIM)
+    max_lat_acc: float | None = 2.5  # curvature speed cap [m/s^2]; None = off (NAVSIM)
+    max_yaw_rate: float | None = 0.6  # [rad/s] second curve-speed limit (v <= yaw_rate / kappa)
     cap_brake: float = 1.5  # [m/s^2] deceleration assumed when anticipating a curve
     cap_lookahead_m: float = 80.0
 
@@ -70,8 +72,10 @@ def _path(centerline: np.ndarray, offset: float, ext: float) -> np.ndarray:
     return c + offset * normal
 
 
-def curvature_speed_cap(path: np.ndarray, max_lat_acc: float, brake: float, lookahead: float, step: float = 1.0):
-    """(arc-length grid, speed cap) along a path: sqrt(a_lat / |kappa|), anticipated by braking at `brake`."""
+def curvature_speed_cap(path: np.ndarray, max_lat_acc: float, brake: float, lookahead: float, step: float = 1.0,
+                        max_yaw_rate: float | None = None):
+    """(arc-length grid, speed cap) along a path: min(sqrt(a_lat / |kappa|), yaw_rate / |kappa|), anticipated by
+    braking at `brake`."""
     poly = _Polyline(path)
     s = np.arange(0.0, poly.s[-1] + step, step)
     pts = poly.point(s)
@@ -80,6 +84,8 @@ def curvature_speed_cap(path: np.ndarray, max_lat_acc: float, brake: float, look
     w = 5  # smooth over ~5 m: polyline vertices are not curvature
     kappa = np.convolve(np.pad(kappa, (w // 2, w // 2), mode="edge"), np.ones(w) / w, mode="valid")
     cap = np.sqrt(max_lat_acc / np.maximum(kappa, 1e-6))
+    if max_yaw_rate:
+        cap = np.minimum(cap, max_yaw_rate / np.maximum(kappa, 1e-6))
     n = int(lookahead / step)
     padded = np.pad(cap, (0, n), mode="edge")
     win = np.lib.stride_tricks.sliding_window_view(padded, n + 1)[: len(cap)]
@@ -137,7 +143,7 @@ def idm_proposals(scene, geo: SceneMapIndex, forecast: AgentTracks, vehicle: Veh
             v_along = vel[..., 0] * np.cos(hc) + vel[..., 1] * np.sin(hc)
         n_f = len(p.speed_fractions)
         target0 = np.array(p.speed_fractions) * v_limit
-        cap_s, cap_v = (curvature_speed_cap(np.asarray(line.coords), p.max_lat_acc, p.cap_brake, p.cap_lookahead_m)
+        cap_s, cap_v = (curvature_speed_cap(path, p.max_lat_acc, p.cap_brake, p.cap_lookahead_m, max_yaw_rate=p.max_yaw_rate)
                         if p.max_lat_acc else (None, None))
         s_e = np.full(n_f, s_ego0)
         v = np.full(n_f, max(v0, 0.0))

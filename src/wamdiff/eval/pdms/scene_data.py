@@ -118,7 +118,9 @@ class SceneMapIndex:
 
     # -- vectorised queries over point arrays (..., 2) -------------------------------------------------
     def in_drivable(self, pts: np.ndarray) -> np.ndarray:
-        return shapely.contains_xy(self.drivable, pts[..., 0], pts[..., 1]) if not self.drivable.is_empty else np.zeros(pts.shape[:-1], bool)
+        if self.drivable.is_empty:
+            return np.zeros(pts.shape[:-1], bool)
+        return shapely.contains_xy(self.drivable, pts[..., 0], pts[..., 1])
 
     def in_lanes(self, pts: np.ndarray) -> np.ndarray:
         """(..., 2) -> (L, ...) membership in each lane polygon."""

@@ -203,7 +203,8 @@ def aggregate(rows: list[dict], epdms: bool = False, config: PDMSConfig | None =
         return out
 
     families = sorted({r["family"] for r in rows})
-    result = {"version": PDMS_VERSION, "overall": summary(rows), "per_family": {f: summary([r for r in rows if r["family"] == f]) for f in families}}
+    result = {"version": PDMS_VERSION, "overall": summary(rows),
+              "per_family": {f: summary([r for r in rows if r["family"] == f]) for f in families}}
     if config is not None:
         result["config"] = config.describe()
     invalid = [r for r in rows if not r["valid"]]
