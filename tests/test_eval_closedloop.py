@@ -1,9 +1,11 @@
 """Closed loop on the real highway-env World: failures are recorded, never raised."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
-from wamdiff.eval.closedloop import Route, aggregate_routes, route_set, run_route
+from wamdiff.eval.closedloop import Route, aggregate_routes, route_set, run_route, run_routes
 from wamdiff.eval.planners import ConstantVelocityPlanner, Plan
 
 pytest.importorskip("wamdiff.driving.capture", reason="the world's observe() is not available")
@@ -72,3 +74,68 @@ def test_routes_are_reproducible():
     route = Route("t_rep", "roundabout", 7_002_000, timeout_s=4.0)
     a, b = (run_route(ConstantVelocityPlanner(), route) for _ in range(2))
     assert (a.status, a.completion, a.n_plans, a.comfort) == (b.status, b.completion, b.n_plans, b.comfort)
+
+
+class CountingPlanner:
+    """Constant velocity that records the size of every plan() batch."""
+
+    name = "counting"
+
+    def __init__(self):
+        self.inner, self.sizes = ConstantVelocityPlanner(), []
+
+    def plan(self, scenes):
+        self.sizes.append(len(scenes))
+        return self.inner.plan(scenes)
+
+
+def _short_dev_routes():
+    picks = {r.name: r for r in route_set("dev")}
+    # different timeouts: routes end at different times, so the lockstep batch shrinks / refills
+    return [replace(picks[n], timeout_s=t) for n, t in (("highway_000", 4.0), ("roundabout_000", 6.0),
+                                                        ("intersection_000", 8.0))]
+
+
+def _comparable(res):
+    row = res.row()
+    row.pop("wall_s")
+    return row, len(res.frames)
+
+
+@pytest.mark.parametrize("batch", [None, 2])
+def test_lockstep_equals_sequential_and_batches_plans(batch):
+    routes = _short_dev_routes()
+    sequential = [run_route(ConstantVelocityPlanner(), r, record_frames=i < 1) for i, r in enumerate(routes)]
+    planner, seen = CountingPlanner(), []
+    lockstep = run_routes(planner, routes, record_frames=1, batch=batch, progress=lambda: seen.append(1))
+    assert [r.route for r in lockstep] == routes and len(seen) == len(routes)
+    assert [_comparable(r) for r in lockstep] == [_comparable(r) for r in sequential]
+    assert all(r.n_plans > 0 for r in lockstep)
+    # one plan() call per lockstep step, serving every route in flight (never more than the cap)
+    assert sum(planner.sizes) == sum(r.n_plans for r in lockstep)
+    assert max(planner.sizes) == (batch or len(routes)) and len(planner.sizes) < sum(planner.sizes)
+
+
+def test_lockstep_failures_stay_per_route():
+    routes = [Route("t_bad", "no_such_family", 1), *_short_dev_routes()[:2]]
+    res = run_routes(RaisingPlanner(), routes)
+    assert res[0].status == "Failed - error" and res[0].error
+    for r in res[1:]:  # a raising batch falls back for every route in it, counted, never aborting
+        assert r.status != "Failed - error", r.error
+        assert r.n_plans > 0 and r.n_fallback == r.n_plans == r.n_parse_fail
+
+
+def test_lockstep_expert_needs_no_plans():
+    class Expert(RaisingPlanner):
+        name = "expert"
+
+    res = run_routes(Expert(), _short_dev_routes()[:2])
+    assert all(r.n_plans == 0 and r.status != "Failed - error" for r in res), [r.error for r in res]
+
+
+def test_lockstep_equals_sequential_reference_planner():
+    from wamdiff.eval.planners import ReferencePlanner
+
+    routes, planner = _short_dev_routes()[:2], ReferencePlanner()
+    sequential = [run_route(planner, r) for r in routes]
+    assert [_comparable(r) for r in run_routes(planner, routes)] == [_comparable(r) for r in sequential]

@@ -33,11 +33,12 @@ for _name, _module, _help in _SUBCOMMANDS:
 def pipeline(
     config: str = typer.Option("configs/default.yaml", help="Pipeline YAML."),
     train_only: bool = typer.Option(False, help="Stop after the training stages (no evaluation, no report)."),
+    stages: str = typer.Option(None, help="Comma-separated training stages to run (only those), e.g. teacher_ar_sft,teacher_block4."),
 ) -> None:
     """From nothing to every checkpoint and the report: data, AR SFT, curriculum, distillation, evaluation."""
     from wamdiff.pipeline import run_pipeline
 
-    run_pipeline(config, train_only=train_only)
+    run_pipeline(config, train_only=train_only, stages=stages.split(",") if stages else None)
 
 
 @app.command()

@@ -163,7 +163,9 @@ def _threads(p: Pipeline) -> None:
         torch.set_num_threads(int(p.cfg["threads"]))
 
 
-def run_pipeline(config: str | Path, train_only: bool = False) -> dict:
+def run_pipeline(config: str | Path, train_only: bool = False, stages: list[str] | None = None) -> dict:
+    """Every stage in order (finished ones skipped). `stages` runs only those training stages and stops: two
+    processes can then train independent chains (e.g. the teacher's) side by side on disjoint stages."""
     from wamdiff.evaluate import run_evaluation
     from wamdiff.report import write_report
 
@@ -172,9 +174,13 @@ def run_pipeline(config: str | Path, train_only: bool = False) -> dict:
     _log(p, f"pipeline start: {config} {provenance()}")
     t0 = time.perf_counter()
     run_stage(p, "data", lambda: stage_data(p))
+    unknown = set(stages or ()) - {s["name"] for s in training_stages(p)}
+    if unknown:
+        raise ValueError(f"{config}: no training stage named {sorted(unknown)}")
     for spec in training_stages(p):
-        run_stage(p, spec["name"], lambda spec=spec: stage_train(p, spec))
-    if train_only:
+        if stages is None or spec["name"] in stages:
+            run_stage(p, spec["name"], lambda spec=spec: stage_train(p, spec))
+    if train_only or stages is not None:
         return {}
     results = run_evaluation(p, run_stage)
     report = write_report(p, results)

@@ -38,15 +38,14 @@ def table_rows(p, results: dict) -> list[dict]:
     """One dict per planner with the COLUMNS keys (None where a figure does not apply)."""
     open_ = _get(results, "open", "planners") or {}
     closed = _get(results, "closed", "planners") or {}
-    training = results.get("training") or {}
+    qa_res = _get(results, "qa", "planners") or {}
     ar_name = next((n for n, s in p.cfg["evaluate"]["planners"].items() if s == "stage:ar_sft"), None)
     ar_tok_s = _get(open_, ar_name, "decode", "tok_s") if ar_name else None
     rows = []
     for name, spec in p.cfg["evaluate"]["planners"].items():
         o, c = open_.get(name, {}), closed.get(name, {})
         pd, ol, dec = _get(o, "pdms", "overall") or {}, _get(o, "openloop", "overall") or {}, o.get("decode") or {}
-        stage = spec.split(":", 1)[1] if spec.startswith("stage:") else None
-        qa = _get(training, stage, "qa_exact_match_end") if stage else None
+        qa = _get(qa_res, name, "qa_exact_match")
         row = {
             "planner": name, "spec": spec,
             "pdms": None if pd.get("pdms") is None else 100 * pd["pdms"],
@@ -61,6 +60,17 @@ def table_rows(p, results: dict) -> list[dict]:
         }
         rows.append(row)
     return rows
+
+
+def _num(v):
+    """CSV cell -> number where it is one (recorded tables)."""
+    if v in ("", None):
+        return None
+    try:
+        x = float(v)
+    except ValueError:
+        return v
+    return int(x) if x.is_integer() and "." not in v else x
 
 
 def _fmt(v, f: str) -> str:
@@ -187,6 +197,13 @@ def write_report(p, results: dict) -> Path:
         lines += ["## Teacher–student top-5 token overlap", "",
                   f"diffusion teacher: {_fmt(_get(o, 'diffusion', 'top5_overlap'), '{:.3f}')}, "
                   f"AR teacher: {_fmt(_get(o, 'ar', 'top5_overlap'), '{:.3f}')} (paper: 0.582 vs 0.512)", ""]
+    recorded = p.cfg["evaluate"].get("recorded")
+    if recorded and Path(recorded).exists():
+        with open(recorded) as fh:
+            rec = list(csv.DictReader(fh))
+        lines += ["## Every training level, from the full pipeline run (recorded, not re-run here)", "",
+                  f"From `{recorded}` (see `checkpoints/PROVENANCE.json` for the config and commit).", "",
+                  markdown_table([{k: _num(v) for k, v in r.items()} for r in rec]), ""]
     lines += ["## L2 over the horizon", "", "![l2](l2_horizon.png)", ""]
     if bevs:
         lines += ["## Example scenes (BEV)", ""] + [f"![{b.stem}]({b.name})" for b in bevs] + [""]

@@ -7,7 +7,9 @@
   4 m/s^3 down); a junction yield (intersection priority rules) is a -3 m/s^2 deceleration to a stop, ignored once the ego
   is inside the junction (clearing it is safer than stopping in it);
 - lateral: highway-env's lane-following controller with softer gains (lateral tau 1.0 s, heading 0.25 s) and
-  the steering rate limited to 0.6 rad/s; lane changes happen ONLY
+  the steering rate limited to 0.6 rad/s, bounded so the rate limit cannot make it oscillate (heading offset
+  from the lane <= 0.3 rad, yaw-rate command no more than the rate-limited steering can undo before the
+  reference heading; see `ExpertVehicle.steering_control`); lane changes happen ONLY
   where the route asks for one (discretionary MOBIL changes are off so the ego stays on its route), and only
   when MOBIL's safety criterion holds (nobody, ego included, must brake harder than 2 m/s^2).
 The ego can also be driven from outside (closed loop): see `World` in `world.py`.
@@ -130,6 +132,14 @@ class ExpertVehicle(FastIDMMixin, IDMVehicle):
     # speed reach 5-6 m/s^2 of lateral acceleration
     KP_LATERAL = 1 / 1.0
     KP_HEADING = 1 / 0.25
+    # The steering-rate limit sits inside the lane-keeping loop: with highway-env's gains a large lateral error
+    # at low speed (a lane change at 6-8 m/s on the merge, a roundabout entry) asks for a steering swing the
+    # rate limit delivers only seconds later, so the car overshoots, the next swing is larger still and it
+    # weaves off the road (a rate-saturation limit cycle). Two bounds keep the loop inside what the rate limit
+    # can deliver: the lateral loop may turn the car at most MAX_HEADING_OFFSET off the lane's heading
+    # (highway-env: pi/4; never binds during a highway-speed lane change), and the heading loop commands no
+    # more yaw rate than the rate-limited steering can take out again before the reference heading is reached.
+    MAX_HEADING_OFFSET = 0.3  # rad
     LANE_CHANGE_MAX_BRAKING_IMPOSED = 2.0
 
     def __init__(self, road, position, heading=0.0, speed=0.0, **kwargs):
@@ -145,6 +155,23 @@ class ExpertVehicle(FastIDMMixin, IDMVehicle):
         self.is_junction_lane = lambda lane_index: False  # set by the World: inside a junction, never stop
 
     # -- decisions ---------------------------------------------------------------------------------
+    def steering_control(self, target_lane_index) -> float:
+        """`FastIDMMixin.steering_control` with the two rate-limit-aware bounds described on the class."""
+        lane = self.road.network.get_lane(target_lane_index)
+        s_lane, r_lane = lane.local_coordinates(self.position)
+        future_heading = lane.heading_at(s_lane + self.speed * self.TAU_PURSUIT)
+        speed = utils.not_zero(self.speed)
+        heading_cmd = math.asin(_clip(-self.KP_LATERAL * r_lane / speed, -1.0, 1.0))
+        heading_ref = future_heading + _clip(heading_cmd, -self.MAX_HEADING_OFFSET, self.MAX_HEADING_OFFSET)
+        err = ((heading_ref - self.heading) + math.pi) % (2 * math.pi) - math.pi
+        # yaw rate ~ v * steer / LENGTH here, so the steering-rate limit bounds the yaw acceleration to
+        # v * STEER_RATE / LENGTH: a yaw rate above sqrt(2 * that * |err|) could not be stopped by err = 0
+        yaw_acc = max(abs(self.speed), 0.5) * self.STEER_RATE / self.LENGTH
+        rate_max = math.sqrt(2.0 * yaw_acc * abs(err))
+        rate = _clip(self.KP_HEADING * err, -rate_max, rate_max)
+        slip = math.asin(_clip(self.LENGTH / 2 / speed * rate, -1.0, 1.0))
+        return _clip(math.atan(2 * math.tan(slip)), -self.MAX_STEERING_ANGLE, self.MAX_STEERING_ANGLE)
+
     def act(self, action=None):
         if self.external:
             if isinstance(action, dict):

@@ -15,6 +15,10 @@ CARLA's "agent deviated from the route") or any exception ends it as a failure w
 abort. Driving outside the drivable area is recorded as `outside_route_lanes` (an infraction: no success).
 Efficiency = mean over ticks of ego speed / mean speed of traffic within 50 m (ticks with moving traffic);
 comfort = share of non-overlapping 2 s windows whose states keep all six nuPlan comfort bounds.
+
+`run_routes` drives the routes in lockstep (`RouteRunner`, a resumable route): at each replan step ONE
+`planner.plan(scenes)` call serves every route in flight (`batch` caps them), which is what makes model planners
+affordable; each route's result equals driving it alone (`run_route`), since a route only sees its own world.
 """
 
 from __future__ import annotations
@@ -321,7 +325,7 @@ def _safe_plan_batch(planner, scenes: list) -> list[Plan]:
     """One guarded `planner.plan(scenes)` call: a raising planner (or a wrong number of plans) gives failed Plans
     for the whole batch, counted as parse failures + fallbacks by each route."""
     try:
-        plans = list(planner.plan(scenes))
+        plans = list(planner.plan(scenes) or [])
     except Exception as err:  # noqa: BLE001 - counted as a failed plan, the fallback drives
         return [Plan(None, parse_ok=False, reason=f"planner raised {type(err).__name__}: {err}") for _ in scenes]
     if len(plans) == len(scenes):
