@@ -24,7 +24,8 @@ def test_bench_cli_writes_json_plot_and_table(tmp_path):
     for k in ("tok_s", "ms_per_token", "forwards_per_sample", "tpf"):
         assert row["ar"][k] > 0 and row["diffusion"][k] > 0
     assert row["ar"]["tpf"] == 1.0  # AR: one token per forward
-    assert "AR tok/s" in res.output
+    assert "AR tok/s" in res.output and "best vs best" in res.output
+    assert data["best"][0]["batch"] == 1 and data["best"][1]["batch"] == 2
 
 
 def test_bench_needs_exactly_one_model_source(tmp_path):

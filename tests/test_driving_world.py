@@ -109,6 +109,27 @@ def test_expert_completes_clean_highway_without_collision():
     assert route_completed(w) and not w.ego.crashed
 
 
+
+@pytest.mark.parametrize("family, seed", [("merge", 7001000), ("roundabout", 7002001)])
+def test_expert_follows_long_route_without_weaving(family, seed):
+    """Regression: the steering-rate limit made the expert's lane keeping oscillate at low speed (merge lane
+    change at ~7 m/s, roundabout entry), growing until it left the road at ~15-17 s on these dev routes."""
+    from wamdiff.driving.roadmap import inside_drivable, road_geometry
+
+    w = make_world(family, seed)
+    road = road_geometry(w)
+    devs = []
+    for _ in range(200):  # 20 s, the route's whole length at these speeds
+        w.step()
+        assert not w.ego.crashed, f"crash at t={w.time:.1f}s"
+        p = w.ego_pose()
+        centre = np.asarray(geo.rear_axle_to_center(p[:2], p[2]), float)
+        assert inside_drivable(road, centre[None])[0], f"off the drivable area at t={w.time:.1f}s"
+        if not route_completed(w):  # past the route's end the projection is onto its last point
+            devs.append(abs(geo.project_on_polyline(w.route_centerline_world, centre)[1]))
+    assert max(devs) < 1.5, f"max lateral deviation from the route {max(devs):.2f} m"
+    assert route_progress(w) > 120.0
+
 def _arc(turn_sign):
     straight = np.stack([np.linspace(-10, 20, 31), np.zeros(31)], -1)
     a = np.linspace(0, np.pi / 2, 30)

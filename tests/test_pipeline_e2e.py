@@ -74,7 +74,7 @@ def test_pipeline_smallest_scale(tmp_path, monkeypatch):
     monkeypatch.chdir(__import__("pathlib").Path(__file__).resolve().parents[1])
     torch.set_num_threads(1)
     cfg_path = tmp_path / "smoke.yaml"
-    cfg_path.write_text(yaml.safe_dump(smoke_config(tmp_path / "run")))
+    cfg_path.write_text(yaml.safe_dump(smoke_config(tmp_path / "run"), sort_keys=False))
     run_pipeline(cfg_path)
     out = tmp_path / "run"
     for name in ["data", "ar_sft", "block32", "distill_block", "distill_model", "eval_open", "eval_closed", "eval_qa",

@@ -83,12 +83,12 @@ def run_stage(p: Pipeline, name: str, fn: Callable[[], dict]) -> dict:
     console.rule(f"stage {name}")
     t0 = time.perf_counter()
     result = fn() or {}
-    result = {"stage": name, "wall_s": round(time.perf_counter() - t0, 1), **result}
+    result = {**result, "stage": name, "stage_wall_s": round(time.perf_counter() - t0, 1)}
     f.parent.mkdir(parents=True, exist_ok=True)
     tmp = f.with_suffix(".tmp")
     tmp.write_text(json.dumps(result, indent=2, default=str))
     tmp.replace(f)
-    _log(p, f"{name}: {result['wall_s']} s")
+    _log(p, f"{name}: {result['stage_wall_s']} s")
     return result
 
 

@@ -43,7 +43,7 @@ def table_rows(p, results: dict) -> list[dict]:
     ar_tok_s = _get(open_, ar_name, "decode", "tok_s") if ar_name else None
     rows = []
     for name, spec in p.cfg["evaluate"]["planners"].items():
-        o, c = open_.get(name, {}), closed.get(name, {})
+        o, c = open_.get(name, {}), _get(closed, name, "overall") or {}
         pd, ol, dec = _get(o, "pdms", "overall") or {}, _get(o, "openloop", "overall") or {}, o.get("decode") or {}
         qa = _get(qa_res, name, "qa_exact_match")
         row = {
@@ -215,7 +215,7 @@ def write_report(p, results: dict) -> Path:
             lines.append(f"| {name} | {_fmt(t.get('steps'), '{:d}')} | {_fmt(t.get('val_masked_acc'), '{:.3f}')} | "
                          f"{_fmt(t.get('val_ar_token_acc'), '{:.3f}')} | {_fmt(t.get('val_top5_overlap'), '{:.3f}')} | "
                          f"{_fmt(t.get('qa_exact_match_start'), '{:.3f}')} | {_fmt(t.get('qa_exact_match_end'), '{:.3f}')} | "
-                         f"{_fmt(t.get('train_tokens_per_s'), '{:.0f}')} | {_fmt(t.get('wall_s'), '{:.0f}')} |")
+                         f"{_fmt(t.get('train_tokens_per_s'), '{:.0f}')} | {_fmt(t.get('stage_wall_s'), '{:.0f}')} |")
         lines.append("")
     path = out / "report.md"
     path.write_text("\n".join(lines))

@@ -10,6 +10,8 @@ from wamdiff.decoding.config import DecodeConfig, Generation
 from wamdiff.decoding.runner import StepRunner, collate_prompts
 from wamdiff.models.tokens import IM_END, MASK, PAD
 
+PROMPT_BUCKET = 32  # compiled / CUDA-graph steps: prompt widths rounded up to this (bounded number of shapes)
+
 
 def token_id(tokenizer, token: str) -> int:
     i = tokenizer.convert_tokens_to_ids(token)
@@ -55,7 +57,8 @@ def generate(model, tokenizer, prompts, config: DecodeConfig | None = None) -> l
     prepare_model(model, config)
     eos_id, pad_id = token_id(tokenizer, IM_END), token_id(tokenizer, PAD)
     device = next(model.parameters()).device
-    batch = collate_prompts(prompts, pad_id, device)
+    static_shapes = config.compile or (config.cuda_graphs and device.type == "cuda")
+    batch = collate_prompts(prompts, pad_id, device, pad_to_multiple=PROMPT_BUCKET if static_shapes else 1)
     if batch.pixel_values is not None:
         batch.pixel_values = batch.pixel_values.to(next(model.parameters()).dtype)
     vocab = model.lm_head.out_features

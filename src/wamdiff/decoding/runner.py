@@ -46,14 +46,17 @@ class PromptBatch:
     mm_token_type_ids: torch.LongTensor | None
 
 
-def collate_prompts(prompts, pad_id: int, device=None) -> PromptBatch:
-    """Left-pad a list of `EncodedPrompt`-like objects (fields input_ids, pixel_values, image_grid_thw, mm_token_type_ids)."""
+def collate_prompts(prompts, pad_id: int, device=None, pad_to_multiple: int = 1) -> PromptBatch:
+    """Left-pad a list of `EncodedPrompt`-like objects (fields input_ids, pixel_values, image_grid_thw, mm_token_type_ids).
+
+    `pad_to_multiple` rounds the padded width up (compiled / graph-captured steps: a few prompt-width buckets
+    instead of one compiled graph per distinct prompt length)."""
     if not prompts:
         raise ValueError("generate: prompts is empty")
     lens = [int(p.input_ids.numel()) for p in prompts]
     if min(lens) == 0:
         raise ValueError(f"generate: prompt {lens.index(0)} has no tokens")
-    n, width = len(prompts), max(lens)
+    n, width = len(prompts), -(-max(lens) // pad_to_multiple) * pad_to_multiple
     ids = torch.full((n, width), pad_id, dtype=torch.long)
     valid = torch.zeros((n, width), dtype=torch.bool)
     mm = torch.zeros((n, width), dtype=torch.long)
@@ -193,6 +196,8 @@ def _compiled_step(model):
         # oneDNN (AMX for bf16) -- measured 1.1-2x on the student preset. The weights are then constants of
         # the compiled step: decoding a model whose weights change later needs compile=False.
         on_cpu = next(model.parameters()).device.type == "cpu"
+        # one graph per step shape: (AR 1 | block B | fused 2B queries) x batch x cache width; allow many
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
         compiled = torch.compile(step, dynamic=False, options={"freezing": True} if on_cpu else None)
         fn = model._wamdiff_compiled_step = compiled
     return _BoundCompiled(fn)
