@@ -3,7 +3,9 @@
 Python API for pipelines: `train(recipe: dict | path, overrides: dict | None = None) -> RunResult`.
 """
 
-from wamdiff.training.config import Recipe, load_recipe
-from wamdiff.training.trainer import RunResult, TrainingDiverged, train
+from wamdiff._lazy import lazy_exports
 
-__all__ = ["Recipe", "RunResult", "TrainingDiverged", "load_recipe", "train"]
+__getattr__, __all__ = lazy_exports(__name__, {
+    "config": ["Recipe", "load_recipe"],
+    "trainer": ["RunResult", "TrainingDiverged", "train"],
+})
