@@ -146,110 +146,13 @@ def stage_overlap(p) -> dict:
 
 
 def stage_bench(p) -> dict:
-    """AR VLA (AR decoding) vs diffusion student (block decoding) on the same test prompts, paired runs.
+    """AR VLA (AR decoding) vs diffusion student (block decoding), paired, on the same test prompts."""
+    from wamdiff.decoding.bench import paired_bench
 
-    Same dtype, threads, cache and compile setting on both sides; warm-up first; only generated tokens count.
-    Unlike `wamdiff bench` (one checkpoint decoded both ways), the AR side here is the real AR model.
-    """
-    import copy
-
-    import torch
-
-    from wamdiff.decoding import DecodeConfig
-    from wamdiff.decoding.bench import DTYPES, load_wamdiff2_json, quality, summarize, timed_generate
-    from wamdiff.models import is_vision_model, load_model
-
-    b = p.cfg["bench"]
-    fmt = p.cfg["data"].get("fmt")
-    max_new = int(b.get("max_new_tokens", 160))
-    ar_model, tok = load_model(p.checkpoint(b["ar"]))
-    dm_model, _ = load_model(p.checkpoint(b["diffusion"]))
-    vision = bool(is_vision_model(ar_model))
-    prompts, expert = load_wamdiff2_json(p.data_dir / "test.json", tok, vision=vision, limit=int(b.get("prompts", 16)))
-    rows = []
-    for dname in b.get("dtypes", ["fp32"]):
-        ar_m, dm_m = (copy.deepcopy(m).to(DTYPES[dname]).eval() for m in (ar_model, dm_model))
-        for n in b.get("batch_sizes", [1]):
-            # batch 1 runs every prompt one at a time; batch n runs them in chunks of n
-            chunks = [prompts[i:i + n] for i in range(0, len(prompts), n)]
-            exp_chunks = [expert[i:i + n] for i in range(0, len(prompts), n)] if expert else None
-
-            def run(model, cfg):
-                gens, wall = [], 0.0
-                for c in chunks:
-                    g, w = timed_generate(model, tok, c, cfg, repeats=1)
-                    gens += g
-                    wall += w
-                return gens, wall
-
-            with torch.inference_mode():
-                ar_g, ar_wall = run(ar_m, DecodeConfig(mode="ar", max_new_tokens=max_new))
-                ar = summarize(ar_g, ar_wall)
-                for bs in b.get("block_sizes", [32]):
-                    for tau in b.get("thresholds", [0.9]):
-                        g, wall = run(dm_m, DecodeConfig(mode="block", block_size=bs, threshold=tau, max_new_tokens=max_new))
-                        d = summarize(g, wall)
-                        exp = [e for c in exp_chunks for e in c] if exp_chunks else None
-                        rows.append({"dtype": dname, "batch": n, "block_size": bs, "threshold": tau, "ar": ar,
-                                     "diffusion": d, "speedup": d["tok_s"] / ar["tok_s"],
-                                     "quality": quality(g, ar_g, exp, fmt),
-                                     "ar_quality": quality(ar_g, ar_g, exp, fmt)})
-    out = p.out / "bench"
-    result = {"threads": torch.get_num_threads(), "torch": torch.__version__, "rows": rows,
-              "ar_checkpoint": str(p.checkpoint(b["ar"])), "diffusion_checkpoint": str(p.checkpoint(b["diffusion"])),
-              "prompts": len(prompts)}
-    _write(out / "bench.json", result)
-    result["markdown"] = _bench_markdown(rows, result["threads"])
-    result["plot"] = str(_bench_plot(rows, p.out / "report" / "speed_quality.png"))
-    return result
-
-
-def _bench_markdown(rows: list[dict], threads: int) -> str:
-    lines = [f"{threads} torch thread(s); tok/s counts generated tokens only; TPF = tokens per forward incl. commits.", "",
-             "| dtype | batch | B | τ | AR tok/s | diff tok/s | × AR | AR ms/tok | diff ms/tok | AR fwd/sample | diff fwd/sample | TPF | "
-             "L2 vs expert AR | L2 vs expert diff | parse fail diff |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    f = lambda v, fmt="{:.2f}": "–" if v is None else fmt.format(v)  # noqa: E731
-    for r in rows:
-        a, d, q, qa = r["ar"], r["diffusion"], r["quality"], r["ar_quality"]
-        lines.append(f"| {r['dtype']} | {r['batch']} | {r['block_size']} | {r['threshold']} | {a['tok_s']:.0f} | {d['tok_s']:.0f} | "
-                     f"{r['speedup']:.2f} | {a['ms_per_token']:.2f} | {d['ms_per_token']:.2f} | {a['forwards_per_sample']:.1f} | "
-                     f"{d['forwards_per_sample']:.1f} | {d['tpf']:.2f} | {f(qa['l2_vs_expert'])} | {f(q['l2_vs_expert'])} | "
-                     f"{q['parse_failures']} |")
-    return "\n".join(lines)
-
-
-def _bench_plot(rows: list[dict], path: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
-    for (dtype, batch) in sorted({(r["dtype"], r["batch"]) for r in rows}):
-        rs = [r for r in rows if r["dtype"] == dtype and r["batch"] == batch]
-        label = f"{dtype}, batch {batch}"
-        for bs in sorted({r["block_size"] for r in rs}):
-            sub = sorted((r for r in rs if r["block_size"] == bs), key=lambda r: r["threshold"])
-            ax1.plot([r["threshold"] for r in sub], [r["speedup"] for r in sub], marker="o", label=f"{label}, B{bs}")
-            ax2.plot([r["speedup"] for r in sub], [r["quality"]["l2_vs_expert"] or float("nan") for r in sub], marker="o",
-                     label=f"{label}, B{bs}")
-    ax1.axhline(1.0, color="grey", lw=0.8)
-    ax1.axhline(2.8, color="red", lw=0.8, ls="--", label="2.8× target")
-    ax1.set_xlabel("confidence threshold τ")
-    ax1.set_ylabel("diffusion tok/s ÷ AR tok/s")
-    ax2.set_xlabel("speed-up over AR")
-    ax2.set_ylabel("mean L2 to expert (m)")
-    for ax in (ax1, ax2):
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=6)
-    ax1.set_title("speed vs τ")
-    ax2.set_title("speed vs quality")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    b = dict(p.cfg["bench"])
+    b.setdefault("format", p.cfg["data"].get("fmt"))
+    return paired_bench(ar_checkpoint=p.checkpoint(b["ar"]), diffusion_checkpoint=p.checkpoint(b["diffusion"]),
+                        data=p.data_dir / "test.json", out=p.out / "bench", settings=b)
 
 
 def run_evaluation(p, run_stage) -> dict:

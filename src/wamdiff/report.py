@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import shutil
 from pathlib import Path
 
 from rich.console import Console
@@ -177,7 +178,10 @@ def write_report(p, results: dict) -> Path:
     plot_l2_horizon(results, out / "l2_horizon.png")
     bevs = plot_bev_examples(p, results, out)
     bench = results.get("bench") or {}
-    speed_png = bench.get("plot")
+    speed_png = None
+    if bench.get("plot") and Path(bench["plot"]).exists():
+        speed_png = out / "speed_quality.png"
+        shutil.copyfile(bench["plot"], speed_png)
     lines = [
         "# wamdiff report", "",
         f"Config `{p.config_path}`, commit `{provenance()['commit'][:10]}`, {provenance()['threads']} torch threads.", "",
@@ -191,7 +195,7 @@ def write_report(p, results: dict) -> Path:
         lines += ["## Decoding speed, side by side (AR VLA vs diffusion student, same prompts)", "",
                   bench.get("markdown", "```\n" + json.dumps(bench, indent=1, default=str)[:3000] + "\n```"), ""]
         if speed_png:
-            lines += [f"![speed]({Path(speed_png).name if Path(speed_png).parent == out else speed_png})", ""]
+            lines += ["![speed vs tau and quality](speed_quality.png)", ""]
     if results.get("overlap"):
         o = results["overlap"]
         lines += ["## Teacher–student top-5 token overlap", "",

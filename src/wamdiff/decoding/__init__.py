@@ -3,8 +3,10 @@
 Public API: `DecodeConfig`, `Generation`, `generate(model, tokenizer, prompts, config)`, `Grammar`.
 """
 
-from wamdiff.decoding.config import DecodeConfig, Generation
-from wamdiff.decoding.generate import generate
-from wamdiff.decoding.grammar import Grammar
+from wamdiff._lazy import lazy_exports
 
-__all__ = ["DecodeConfig", "Generation", "Grammar", "generate"]
+__getattr__, __all__ = lazy_exports(__name__, {
+    "config": ["DecodeConfig", "Generation"],
+    "generate": ["generate"],
+    "grammar": ["Grammar"],
+})

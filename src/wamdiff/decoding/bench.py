@@ -209,9 +209,18 @@ def run_bench(model, tokenizer, prompts, grid: BenchGrid, *, expert=None, fmt=No
     base = copy.deepcopy(model).float()
     ar_base = copy.deepcopy(ar_model).float() if ar_model is not None else None
     ar_tok = ar_tokenizer or tokenizer
-    n_prompts = max(grid.batch_sizes)
+    # every batch size decodes the same prompts (at least one full batch): batch n runs them in chunks of n
+    n_prompts = max(len(prompts), *grid.batch_sizes)
     pool = [prompts[i % len(prompts)] for i in range(n_prompts)]
     expert_pool = [expert[i % len(expert)] for i in range(n_prompts)] if expert else None
+
+    def timed_chunks(model_, tok_, cfg, n, warmup=True):
+        gens, wall = [], 0.0
+        for i in range(0, len(pool) - len(pool) % n, n):
+            g, w = timed_generate(model_, tok_, pool[i:i + n], cfg, grid.repeats, warmup=warmup and i == 0)
+            gens, wall = gens + g, wall + w
+        return gens, wall
+
     for dname in grid.dtypes:
         m = copy.deepcopy(base).to(DTYPES[dname]).eval()
         ar_m = copy.deepcopy(ar_base).to(DTYPES[dname]).eval() if ar_base is not None else m
@@ -222,21 +231,22 @@ def run_bench(model, tokenizer, prompts, grid: BenchGrid, *, expert=None, fmt=No
             if progress:
                 progress(f"step cost {dname}: " + ", ".join(f"B{b} {costs[-1][f'B{b}_ratio']:.2f}x" for b in grid.block_sizes))
         for n in grid.batch_sizes:
-            batch = pool[:n]
+            used = len(pool) - len(pool) % n
             ar_cfg = DecodeConfig(mode="ar", max_new_tokens=grid.max_new_tokens, compile=grid.compile)
-            generate(ar_m, ar_tok, batch, ar_cfg)  # AR warm-up, once per (dtype, batch)
+            generate(ar_m, ar_tok, pool[:n], ar_cfg)  # AR warm-up, once per (dtype, batch)
             for b in grid.block_sizes:
                 for tau in grid.thresholds:
                     # AR is re-timed next to every diffusion run: the ratio is taken within the pair
-                    ar_g, ar_wall = timed_generate(ar_m, ar_tok, batch, ar_cfg, grid.repeats, warmup=False)
+                    ar_g, ar_wall = timed_chunks(ar_m, ar_tok, ar_cfg, n, warmup=False)
                     ar = summarize(ar_g, ar_wall)
                     cfg = DecodeConfig(mode="block", block_size=b, threshold=tau, max_steps_per_block=grid.max_steps_per_block,
                                        max_new_tokens=grid.max_new_tokens, compile=grid.compile)
-                    g, wall = timed_generate(m, tokenizer, batch, cfg, grid.repeats)
+                    g, wall = timed_chunks(m, tokenizer, cfg, n)
                     d = summarize(g, wall)
+                    exp = expert_pool[:used] if expert_pool else None
                     row = {"dtype": dname, "batch": n, "block_size": b, "threshold": tau, "ar": ar, "diffusion": d,
-                           "speedup": d["tok_s"] / ar["tok_s"],
-                           "quality": quality(g, ar_g, expert_pool[:n] if expert_pool else None, fmt)}
+                           "speedup": d["tok_s"] / ar["tok_s"], "prompts": used,
+                           "quality": quality(g, ar_g, exp, fmt), "ar_quality": quality(ar_g, ar_g, exp, fmt)}
                     rows.append(row)
                     if progress:
                         progress(row)
@@ -316,14 +326,18 @@ def write_outputs(result: dict, out: Path) -> dict:
 def markdown_tables(result: dict) -> str:
     lines = [f"Threads: {result['threads']}; AR baseline: {result.get('ar_baseline')}; tok/s counts generated tokens only.",
              "", "| dtype | batch | B | tau | AR tok/s | diffusion tok/s | ratio | ms/tok AR | ms/tok diff | fwd/sample AR "
-             "| fwd/sample diff | TPF | exact vs AR | L2 vs expert |", "|" + "---|" * 14]
+             "| fwd/sample diff | TPF | exact vs AR | L2 vs expert diff (AR) | parse fail diff (AR) |", "|" + "---|" * 15]
     for r in result["rows"]:
         a, d, q = r["ar"], r["diffusion"], r["quality"]
+        qa = r.get("ar_quality") or {}
         l2 = "-" if q["l2_vs_expert"] is None else f"{q['l2_vs_expert']:.3f}"
+        if qa.get("l2_vs_expert") is not None:
+            l2 += f" ({qa['l2_vs_expert']:.3f})"
+        fails = f"{q['parse_failures']}" + (f" ({qa['parse_failures']})" if qa else "")
         lines.append(f"| {r['dtype']} | {r['batch']} | {r['block_size']} | {r['threshold']} | {a['tok_s']:.1f} | "
                      f"{d['tok_s']:.1f} | {r['speedup']:.2f}x | {a['ms_per_token']:.2f} | {d['ms_per_token']:.2f} | "
                      f"{a['forwards_per_sample']:.1f} | {d['forwards_per_sample']:.1f} | {d['tpf']:.2f} | "
-                     f"{q['exact_match_vs_ar']:.2f} | {l2} |")
+                     f"{q['exact_match_vs_ar']:.2f} | {l2} | {fails} |")
     if result.get("best"):
         lines += ["", "Best AR (any dtype) vs best diffusion (any dtype, B, tau):", ""]
         for b in result["best"]:
