@@ -34,10 +34,16 @@ def pipeline(
     config: str = typer.Option("configs/default.yaml", help="Pipeline YAML."),
     train_only: bool = typer.Option(False, help="Stop after the training stages (no evaluation, no report)."),
     stages: str = typer.Option(None, help="Comma-separated training stages to run (only those), e.g. teacher_ar_sft,teacher_block4."),
+    export: str = typer.Option(None, help="Instead of running: copy the --stages' models (bf16) + provenance to this folder."),
 ) -> None:
     """From nothing to every checkpoint and the report: data, AR SFT, curriculum, distillation, evaluation."""
-    from wamdiff.pipeline import run_pipeline
+    from wamdiff.pipeline import export_checkpoints, run_pipeline
 
+    if export:
+        if not stages:
+            raise typer.BadParameter("--export needs --stages (which models to copy)")
+        typer.echo(f"exported to {export_checkpoints(config, export, stages.split(','))}")
+        return
     run_pipeline(config, train_only=train_only, stages=stages.split(",") if stages else None)
 
 

@@ -188,6 +188,32 @@ def run_pipeline(config: str | Path, train_only: bool = False, stages: list[str]
     return results
 
 
+def export_checkpoints(config: str | Path, dest: str | Path, stages: list[str]) -> Path:
+    """Copy finished stages' models to `dest` in bf16 (half the bytes; loaded back as fp32) with the provenance
+    (config, commit, stage metrics) and the pipeline's report table, for the demo to ship."""
+    import shutil
+
+    import torch
+
+    from wamdiff.models import load_image_processor, load_model, save_model
+
+    p = Pipeline.load(config)
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    record = {"config": str(p.config_path), "config_text": p.config_path.read_text(), **provenance(), "stages": {}}
+    for stage in stages:
+        src = p.checkpoint(stage)
+        model, tok = load_model(src)
+        save_model(model.to(torch.bfloat16), tok, dest / stage, image_processor=load_image_processor(src))
+        f = p.stage_file(stage)
+        record["stages"][stage] = json.loads(f.read_text()) if f.exists() else {}
+    (dest / "PROVENANCE.json").write_text(json.dumps(record, indent=2, default=str))
+    summary = p.out / "report" / "summary.csv"
+    if summary.exists():
+        shutil.copyfile(summary, dest / "pipeline_summary.csv")
+    return dest
+
+
 def run_demo(config: str | Path) -> dict:
     from wamdiff.evaluate import run_evaluation
     from wamdiff.report import write_report

@@ -67,14 +67,22 @@ class FastIDMMixin:
         dv = (ev * c - fv * math.cos(fh)) * c + (ev * s - fv * math.sin(fh)) * s if projected else ev - fv
         return self.DISTANCE_WANTED + ev * self.TIME_WANTED + ev * dv / (2 * math.sqrt(ab))
 
+    MAX_HEADING_OFFSET = math.pi / 4  # rad: how far off the lane heading the lateral loop may point the car
+
+    def max_yaw_rate(self, heading_error: float) -> float:
+        """Bound on the commanded yaw rate (none here; the expert bounds it by its steering-rate limit)."""
+        return math.inf
+
     def steering_control(self, target_lane_index) -> float:
         lane = self.road.network.get_lane(target_lane_index)
         s_lane, r_lane = lane.local_coordinates(self.position)
         future_heading = lane.heading_at(s_lane + self.speed * self.TAU_PURSUIT)
         speed = utils.not_zero(self.speed)
         heading_cmd = math.asin(_clip(-self.KP_LATERAL * r_lane / speed, -1.0, 1.0))
-        heading_ref = future_heading + _clip(heading_cmd, -math.pi / 4, math.pi / 4)
-        rate = self.KP_HEADING * (((heading_ref - self.heading) + math.pi) % (2 * math.pi) - math.pi)
+        heading_ref = future_heading + _clip(heading_cmd, -self.MAX_HEADING_OFFSET, self.MAX_HEADING_OFFSET)
+        err = ((heading_ref - self.heading) + math.pi) % (2 * math.pi) - math.pi
+        rate_max = self.max_yaw_rate(err)
+        rate = _clip(self.KP_HEADING * err, -rate_max, rate_max)
         slip = math.asin(_clip(self.LENGTH / 2 / speed * rate, -1.0, 1.0))
         return _clip(math.atan(2 * math.tan(slip)), -self.MAX_STEERING_ANGLE, self.MAX_STEERING_ANGLE)
 
@@ -155,22 +163,11 @@ class ExpertVehicle(FastIDMMixin, IDMVehicle):
         self.is_junction_lane = lambda lane_index: False  # set by the World: inside a junction, never stop
 
     # -- decisions ---------------------------------------------------------------------------------
-    def steering_control(self, target_lane_index) -> float:
-        """`FastIDMMixin.steering_control` with the two rate-limit-aware bounds described on the class."""
-        lane = self.road.network.get_lane(target_lane_index)
-        s_lane, r_lane = lane.local_coordinates(self.position)
-        future_heading = lane.heading_at(s_lane + self.speed * self.TAU_PURSUIT)
-        speed = utils.not_zero(self.speed)
-        heading_cmd = math.asin(_clip(-self.KP_LATERAL * r_lane / speed, -1.0, 1.0))
-        heading_ref = future_heading + _clip(heading_cmd, -self.MAX_HEADING_OFFSET, self.MAX_HEADING_OFFSET)
-        err = ((heading_ref - self.heading) + math.pi) % (2 * math.pi) - math.pi
-        # yaw rate ~ v * steer / LENGTH here, so the steering-rate limit bounds the yaw acceleration to
-        # v * STEER_RATE / LENGTH: a yaw rate above sqrt(2 * that * |err|) could not be stopped by err = 0
+    def max_yaw_rate(self, heading_error: float) -> float:
+        """yaw rate ~ v * steer / LENGTH, so the steering-rate limit bounds the yaw acceleration to
+        v * STEER_RATE / LENGTH: a yaw rate above sqrt(2 * that * |err|) could not be stopped by err = 0."""
         yaw_acc = max(abs(self.speed), 0.5) * self.STEER_RATE / self.LENGTH
-        rate_max = math.sqrt(2.0 * yaw_acc * abs(err))
-        rate = _clip(self.KP_HEADING * err, -rate_max, rate_max)
-        slip = math.asin(_clip(self.LENGTH / 2 / speed * rate, -1.0, 1.0))
-        return _clip(math.atan(2 * math.tan(slip)), -self.MAX_STEERING_ANGLE, self.MAX_STEERING_ANGLE)
+        return math.sqrt(2.0 * yaw_acc * abs(heading_error))
 
     def act(self, action=None):
         if self.external:
