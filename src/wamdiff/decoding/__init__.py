@@ -7,6 +7,6 @@ from wamdiff._lazy import lazy_exports
 
 __getattr__, __all__ = lazy_exports(__name__, {
     "config": ["DecodeConfig", "Generation"],
-    "generate": ["generate"],
+    "engine": ["generate"],
     "grammar": ["Grammar"],
 })

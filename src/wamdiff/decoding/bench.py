@@ -27,7 +27,7 @@ import torch
 from wamdiff.decoding.ar import decode_ar
 from wamdiff.decoding.block import decode_block
 from wamdiff.decoding.config import DecodeConfig, Generation
-from wamdiff.decoding.generate import PROMPT_BUCKET, generate, model_block_settings, token_id
+from wamdiff.decoding.engine import PROMPT_BUCKET, generate, model_block_settings, token_id
 from wamdiff.decoding.runner import StepRunner, collate_prompts
 from wamdiff.models.tokens import PAD
 
