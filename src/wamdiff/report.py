@@ -150,7 +150,8 @@ def plot_bev_examples(p, results: dict, out_dir: Path, n: int = 4) -> list[Path]
     paths = []
     for i in picked:
         scene = Scene.load(p.data_dir / "scenes" / ids[i])
-        traj = {name: np.asarray(xy) for name, pl in plans["plans"].items() if (xy := pl[i]) is not None}
+        # the viewer draws the logged expert future itself
+        traj = {name: np.asarray(xy) for name, pl in plans["plans"].items() if (xy := pl[i]) is not None and name != "expert"}
         fig, ax = plt.subplots(figsize=(6, 6))
         plot_scene(scene, traj, ax=ax)
         ax.set_title(f"{ids[i]} ({scene.command})", fontsize=9)
