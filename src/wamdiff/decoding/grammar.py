@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from wamdiff.models.tokens import BIN_TOKENS, IM_END, PAD
+from wamdiff.models.tokens import BIN_TOKENS, IM_END
 
 
 @dataclass

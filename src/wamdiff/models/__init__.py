@@ -9,4 +9,4 @@ __getattr__, __all__ = lazy_exports(__name__, {
     "processor": ["EncodedPrompt", "encode_answer", "encode_prompt"],
     "tokenizer": ["build_tokenizer", "token_id"],
 })
-from wamdiff.models import tokens  # noqa: E402  (light: strings only)
+from wamdiff.models import tokens as tokens  # noqa: E402  (light: strings only; re-exported)

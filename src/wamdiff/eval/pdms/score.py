@@ -118,7 +118,7 @@ class PDMSEvaluator:
         if len(scenes) != len(plans):
             raise ValueError(f"{len(scenes)} scenes but {len(plans)} plans")
         rows: list[dict] = []
-        batch_poses, batch_init, owners = [], [], []  # simulate everything at once
+        batch_poses, batch_init = [], []  # simulate everything at once
         prepared: list[tuple[int, SceneContext, int, int]] = []
         for i, (scene, plan) in enumerate(zip(scenes, plans)):
             row = _base_row(scene, plan, planner_name)
