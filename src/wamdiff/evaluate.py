@@ -2,7 +2,8 @@
 
 Stages (each resumable through the pipeline's stage files):
   eval_open    - each planner plans the test scenes once; those plans are scored by PDMS and open-loop L2
-  eval_closed  - closed-loop dev routes (model planners on the first `model_routes` routes)
+  eval_closed  - closed-loop dev routes in lockstep (model planners on the first `model_routes` routes)
+  eval_qa      - multi-task retention: exact match on the test split's question-answer pairs
   overlap      - teacher-student top-5 token overlap: diffusion teacher vs AR teacher, same student
   bench        - AR VLA vs diffusion student decoding speed, side by side on the same prompts
 """
