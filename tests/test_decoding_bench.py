@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from wamdiff.decoding.bench import BenchGrid, quality, run_bench, synthetic_prompts
@@ -19,7 +20,8 @@ def test_bench_cli_writes_json_plot_and_table(tmp_path):
     assert res.exit_code == 0, res.output
     data = json.loads((out / "bench.json").read_text())
     assert (out / "bench.png").stat().st_size > 0
-    assert "threads" in data and len(data["rows"]) == 2
+    assert "threads" in data and len(data["rows"]) == 4  # 2 batch sizes x (exact, delayed) caches
+    assert {r["cache"] for r in data["rows"]} == {"exact", "delayed"}
     row = data["rows"][0]
     for k in ("tok_s", "ms_per_token", "forwards_per_sample", "tpf"):
         assert row["ar"][k] > 0 and row["diffusion"][k] > 0
@@ -33,13 +35,21 @@ def test_bench_needs_exactly_one_model_source(tmp_path):
     assert res.exit_code != 0
 
 
+@pytest.mark.parametrize("args, word", [(["--compile", "maybe"], "--compile"), (["--caches", "lazy"], "lazy"),
+                                        (["--dtypes", "fp8"], "fp8"), (["--attention", "flash"], "flash")])
+def test_bench_rejects_unknown_grid_values(tmp_path, args, word):
+    res = CliRunner().invoke(app, ["--preset", "tiny", "--out", str(tmp_path), *args])
+    assert res.exit_code == 2 and word in res.output
+
+
 def test_step_cost_and_quality_are_reported():
     from wamdiff.models import build_model, build_tokenizer, to_diffusion
 
     tok = build_tokenizer()
     model = to_diffusion(build_model("tiny", tok, vision=False, seed=0), 4, tokenizer=tok)
     prompts = synthetic_prompts(tok, 2, vision=False)
-    grid = BenchGrid([1], [4], [0.9], ["fp32"], 6, 8, 1, False, True, step_cost_tokens=8, step_cost_repeats=1)
+    grid = BenchGrid([1], [4], [0.9], ["fp32"], 6, 8, 1, False, True, step_cost_tokens=8, step_cost_repeats=1,
+                     caches=["exact"])
     res = run_bench(model, tok, prompts, grid)
     assert len(res["rows"]) == 1 and res["step_cost"][0]["dtype"] == "fp32"
     assert res["step_cost"][0]["B4_ratio"] > 0

@@ -131,6 +131,80 @@ def test_cached_block_decoding_equals_recomputation_vl_with_image(qwen3_vl):
         torch.testing.assert_close(lg[0], rl, atol=1e-5, rtol=0)
 
 
+# ------------------------------------------------------------------------------------------- delayed cache
+@pytest.mark.parametrize("vl", [False, True])
+def test_partial_step_on_unchanged_block_reproduces_full_step(qwen3, qwen3_vl, vl):
+    """Fixed point: after a full B-query forward of a block state, querying any per-sample subset of its slots
+    (shuffled, with repeats) over the same state gives the full forward's logits there and leaves the cache as
+    it was. Checks the gathered mask rows, gathered positions and per-sample K/V scatter against the
+    contiguous path."""
+    model = qwen3_vl if vl else qwen3
+    mask_id = model_block_settings(model, TOK)[1]
+    prompts = [synthetic_prompt(TOK, n, seed=30 + n, image=vl) for n in (5, 13)]
+    batch = collate_prompts(prompts, PADID)
+    runner = StepRunner(model, batch, 8, 16)
+    g = torch.Generator().manual_seed(0)
+    with torch.inference_mode():
+        runner.prefill(None, keep=1)
+        s0 = runner.P + 8  # the second block: the first is committed below
+        runner.forward(torch.randint(0, 200, (2, 8), generator=g), runner.P, keep=0)
+        x = torch.randint(0, 200, (2, 8), generator=g)
+        x[0, [1, 4]] = mask_id
+        x[1, [0, 5, 7]] = mask_id
+        full = runner.forward(x, s0, keep=8).float()
+        keys = [layer.keys.clone() for layer in runner.cache.layers]
+        idx = torch.tensor([[6, 1, 4, 1, 2], [7, 0, 3, 3, 5]])
+        part = runner.forward_slots(x.gather(1, idx), s0 + idx).float()
+    torch.testing.assert_close(part, full.gather(1, idx[..., None].expand(-1, -1, full.shape[-1])), atol=1e-5, rtol=0)
+    for layer, before in zip(runner.cache.layers, keys):
+        torch.testing.assert_close(layer.keys, before, atol=1e-5, rtol=0)
+
+
+def test_query_slots_puts_needed_first_and_pads_with_repeats():
+    need = torch.tensor([[False, True, False, True, True, False, False, False],
+                         [True, False, False, False, False, False, False, False],
+                         [False] * 8])
+    idx = block_mod.query_slots(need, static_shapes=False)
+    assert idx.shape == (3, 3)
+    assert idx[0].tolist() == [1, 3, 4] and idx[1].tolist() == [0, 0, 0]
+    assert block_mod.query_slots(need, static_shapes=True).shape == (3, 4)  # power-of-two bucket
+    assert block_mod.query_slots(torch.ones(2, 8, dtype=torch.bool), static_shapes=True).shape == (2, 8)
+
+
+@pytest.mark.parametrize("vl", [False, True])
+def test_delayed_cache_querying_every_position_equals_exact(qwen3, qwen3_vl, vl, monkeypatch):
+    """With the query set forced to the whole block, a delayed-cache step is an exact step: same tokens and
+    logits as exact decoding (checks the gather / scatter plumbing of partial steps, grammar included)."""
+    from wamdiff.decoding import Grammar
+
+    model = qwen3_vl if vl else qwen3
+    prompts = [synthetic_prompt(TOK, n, seed=40 + n, image=vl) for n in (4, 11)]
+    gram = Grammar.from_template(TOK, "SDD.D,SDD.D,SD")
+    base = dict(block_size=8, threshold=0.7, max_new_tokens=16, grammar=gram)
+    exact, exact_logs = _decode_block_traced_batch(model, prompts, DecodeConfig(**base))
+    n = torch.arange(8)
+    monkeypatch.setattr(block_mod, "query_slots", lambda need, static: n.expand(need.shape[0], 8).flip(1))
+    every, every_logs = _decode_block_traced_batch(model, prompts, DecodeConfig(delayed_cache=True, **base))
+    assert [g.token_ids for g in every] == [g.token_ids for g in exact]
+    assert len(every_logs) == len(exact_logs) > 2 * 2  # several steps per block
+    for a, b in zip(every_logs, exact_logs):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
+
+
+def _decode_block_traced_batch(model, prompts, cfg):
+    _, mask_id = model_block_settings(model, TOK)
+    batch = collate_prompts(prompts, PADID)
+    runner = StepRunner(model, batch, cfg.block_size, cfg.max_new_tokens)
+    table = cfg.grammar.table(cfg.max_new_tokens, model.lm_head.out_features, PADID) if cfg.grammar else None
+    logs = []
+    out, lengths, forwards, finished = block_mod.decode_block(
+        runner, max_new_tokens=cfg.max_new_tokens, mask_id=mask_id, eos_id=EOS, pad_id=PADID,
+        threshold=cfg.threshold, max_steps=cfg.max_steps_per_block, fused_commit=True, grammar_table=table,
+        delayed_cache=cfg.delayed_cache, trace=lambda b, s, x, lg: logs.append(lg.float().nan_to_num(0.0, 0.0, 0.0)),
+    )
+    return to_generations(TOK, out, lengths, forwards, finished, EOS), logs
+
+
 def test_block_size_one_is_one_token_per_forward_and_matches_mask_query_greedy(qwen3):
     """B=1: block decoding = greedy on the mask query, one forward per token (prefill fused), as AR's count."""
     prompt = synthetic_prompt(TOK, 8, seed=5)
@@ -158,13 +232,14 @@ def test_ar_equals_hf_generate_greedy(qwen3, qwen3_vl, vl):
     assert gen.token_ids == hf[0, prompt.input_ids.numel():].tolist()
 
 
-@pytest.mark.parametrize("mode", ["ar", "block"])
+@pytest.mark.parametrize("mode", ["ar", "block", "delayed"])
 @pytest.mark.parametrize("vl", [False, True])
 def test_batch_of_different_lengths_equals_each_alone(qwen3, qwen3_vl, mode, vl):
-    stop = {(False, "ar"): 98, (False, "block"): 232, (True, "ar"): 158, (True, "block"): 75}[(vl, mode)]
+    stop = {(False, "ar"): 98, (False, "block"): 232, (True, "ar"): 158, (True, "block"): 75}[(vl, mode.replace("delayed", "block"))]
     model = _eos_at(tiny_qwen3_vl(TOK, peaky=6.0, seed=9) if vl else tiny_qwen3(TOK, peaky=6.0, seed=7), stop)
     prompts = [synthetic_prompt(TOK, n, seed=10 + n, image=vl) for n in (3, 12, 7, 20)]
-    cfg = DecodeConfig(mode=mode, block_size=4, threshold=0.6, max_new_tokens=16)
+    cfg = DecodeConfig(mode="ar" if mode == "ar" else "block", block_size=4, threshold=0.6, max_new_tokens=16,
+                       delayed_cache=mode == "delayed")
     together = generate(model, TOK, prompts, cfg)
     alone = [generate(model, TOK, [p], cfg)[0] for p in prompts]
     assert [g.token_ids for g in together] == [g.token_ids for g in alone]
@@ -198,8 +273,9 @@ def test_eos_stops_and_tail_is_not_returned():
     assert PADID not in g.token_ids
 
 
+@pytest.mark.parametrize("delayed", [False, True])
 @pytest.mark.parametrize("block", [4, 16])
-def test_threshold_strategy_bounded_by_block_size_forwards(block):
+def test_threshold_strategy_bounded_by_block_size_forwards(block, delayed):
     model = tiny_qwen3(TOK, peaky=1.0, seed=11)  # unconfident: ~1 token per step, the worst case
     steps = []
     prompt = synthetic_prompt(TOK, 6, seed=2)
@@ -207,7 +283,7 @@ def test_threshold_strategy_bounded_by_block_size_forwards(block):
     runner = StepRunner(model, batch, block, 2 * block)
     masks_before = []
     block_mod.decode_block(runner, max_new_tokens=2 * block, mask_id=model_block_settings(model, TOK)[1], eos_id=-1,
-                           pad_id=PADID, threshold=0.9, max_steps=64, fused_commit=True,
+                           pad_id=PADID, threshold=0.9, max_steps=64, fused_commit=True, delayed_cache=delayed,
                            trace=lambda b, s, x, lg: (steps.append(b), masks_before.append(int((x == model.config.mask_token_id).sum()))))
     for b in set(steps):
         assert steps.count(b) <= block
@@ -247,9 +323,9 @@ def test_grammar_forces_template():
 
     model = tiny_qwen3(TOK, peaky=6.0, seed=13)
     gram = Grammar.from_template(TOK, "SD.D,SD.D")
-    for mode in ("ar", "block"):
+    for mode, delayed in (("ar", False), ("block", False), ("block", True)):
         (g,) = generate(model, TOK, [synthetic_prompt(TOK, 5)], DecodeConfig(mode=mode, block_size=4, grammar=gram,
-                                                                           max_new_tokens=16))
+                                                                           max_new_tokens=16, delayed_cache=delayed))
         toks = TOK.convert_ids_to_tokens(g.token_ids)
         assert toks[-1] == IM_END and len(toks) == 10 and g.finished
         assert toks[0] in "+-" and toks[1].isdigit() and toks[2] == "." and toks[4] == ","
@@ -285,11 +361,12 @@ def test_grammar_for_format_accepts_the_world_formatter_output(fmt):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["ar", "block"])
+@pytest.mark.parametrize("mode", ["ar", "block", "delayed"])
 def test_compiled_step_gives_eager_tokens(mode):
     model = tiny_qwen3(TOK, peaky=6.0, seed=14)
     prompts = [synthetic_prompt(TOK, n, seed=n) for n in (4, 9)]
-    cfg = dict(mode=mode, block_size=4, threshold=0.6, max_new_tokens=12)
+    cfg = dict(mode="ar" if mode == "ar" else "block", block_size=8, threshold=0.6, max_new_tokens=24,
+               delayed_cache=mode == "delayed")
     eager = generate(model, TOK, prompts, DecodeConfig(**cfg))
     comp = generate(model, TOK, prompts, DecodeConfig(compile=True, **cfg))
     assert [g.token_ids for g in comp] == [g.token_ids for g in eager]

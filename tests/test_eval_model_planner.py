@@ -24,7 +24,8 @@ def tiny_checkpoint(tmp_path_factory):
     return path
 
 
-@pytest.mark.parametrize("opts", ["mode=ar,max_new_tokens=12", "mode=block,block=4,threshold=0.9,max_new_tokens=12"])
+@pytest.mark.parametrize("opts", ["mode=ar,max_new_tokens=12", "mode=block,block=4,threshold=0.9,max_new_tokens=12",
+                                  "mode=block,block=4,threshold=0.9,max_new_tokens=12,delayed=1"])
 def test_untrained_model_decodes_and_falls_back_counted(tiny_checkpoint, opts):
     scenes = [straight_road_scene(speed=8.0, scene_id=f"m{i}") for i in range(2)]
     for s in scenes:  # the tiny model's image side

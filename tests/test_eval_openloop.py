@@ -53,8 +53,11 @@ def test_planner_specs(tmp_path):
     (tmp_path / "config.json").write_text("{}")
     p = make_planner(f"model:{tmp_path},mode=ar,threshold=0.8,block=16")
     assert isinstance(p, ModelPlanner) and p.settings.threshold == 0.8 and p.settings.block == 16
+    assert not p.decode_config().delayed_cache
+    assert make_planner(f"model:{tmp_path},delayed=true").decode_config().delayed_cache
     assert parse_spec("model:/ck/pt,mode=block,threshold=0.9,block=32") == ("model", "/ck/pt", {"mode": "block", "threshold": "0.9", "block": "32"})
-    for bad in ("model:", "model:/x,foo=1", "nope", "cv:3", "model:/x,threshold=abc", "model:/no/such/checkpoint"):
+    for bad in ("model:", "model:/x,foo=1", "nope", "cv:3", "model:/x,threshold=abc", "model:/no/such/checkpoint",
+                f"model:{tmp_path},delayed=maybe"):
         with pytest.raises(ValueError):
             make_planner(bad)
     scene = straight_road_scene(speed=5.0)

@@ -121,7 +121,7 @@ def stage_qa(p) -> dict:
                                  image_processor=load_image_processor(p.checkpoint(stage)) if vision else None)
         cfg = (DecodeConfig(mode="ar", max_new_tokens=32) if stage.endswith("ar_sft") else
                DecodeConfig(mode="block", block_size=int(dec.get("block", 32)), threshold=float(dec.get("threshold", 0.9)),
-                            max_new_tokens=32))
+                            max_new_tokens=32, delayed_cache=bool(dec.get("delayed", False))))
         hits = 0
         with torch.inference_mode():
             for i in range(0, len(examples), 16):

@@ -14,6 +14,7 @@ speedup = TPF / step-cost ratio.
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 import math
 import re
@@ -36,17 +37,41 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 @dataclass
 class BenchGrid:
+    """The configurations timed. `max_steps_per_block`: step caps per block (a cap decides the masks left at
+    the last step in parallel); `caches`: "exact" (every denoising step recomputes the block) and/or "delayed"
+    (`DecodeConfig.delayed_cache`); `compile`: torch.compile off and/or on (each setting applies to AR and
+    diffusion alike; the headline compares the best of each, so a setting that only helps one side counts)."""
+
     batch_sizes: list[int] = field(default_factory=lambda: [1, 8])
     block_sizes: list[int] = field(default_factory=lambda: [4, 8, 16, 32])
     thresholds: list[float] = field(default_factory=lambda: [0.7, 0.8, 0.9, 0.95])
     dtypes: list[str] = field(default_factory=lambda: ["fp32", "bf16"])
     max_new_tokens: int = 160
-    max_steps_per_block: int = 32
+    max_steps_per_block: list[int] = field(default_factory=lambda: [32])
     repeats: int = 1
-    compile: bool = False
+    compile: list[bool] = field(default_factory=lambda: [False])
     step_cost: bool = True
     step_cost_tokens: int = 64
     step_cost_repeats: int = 3
+    caches: list[str] = field(default_factory=lambda: ["exact", "delayed"])
+    device: str = "cpu"
+    attention: str = "sdpa"  # DecodeConfig.attention, for AR and diffusion alike
+
+    def __post_init__(self) -> None:
+        if isinstance(self.compile, bool):
+            self.compile = [self.compile]
+        if isinstance(self.max_steps_per_block, int):
+            self.max_steps_per_block = [self.max_steps_per_block]
+        bad = [c for c in self.caches if c not in ("exact", "delayed")]
+        if bad:
+            raise ValueError(f"BenchGrid.caches: unknown {bad} (use exact and/or delayed)")
+        bad = [d for d in self.dtypes if d not in DTYPES]
+        if bad:
+            raise ValueError(f"BenchGrid.dtypes: unknown {bad} (use {sorted(DTYPES)})")
+        if self.attention not in ("sdpa", "flashinfer", "torch_paged"):
+            raise ValueError(f"BenchGrid.attention: unknown {self.attention!r} (use sdpa, flashinfer or torch_paged)")
+        if torch.device(self.device).type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"BenchGrid.device {self.device!r}: no CUDA device is visible on this machine")
 
 
 # ------------------------------------------------------------------------------------------------ prompts
@@ -167,26 +192,30 @@ def summarize(gens: list[Generation], wall: float) -> dict:
 
 @torch.inference_mode()
 def step_cost(model, tokenizer, prompt, block_sizes, *, n_tokens: int = 64, repeats: int = 3, batch: int = 1,
-              compile: bool = False) -> dict:
+              compile: bool = False, attention: str = "sdpa") -> dict:
     """ms per forward inside the real decode loops: AR (1 token/forward) vs block-B with 1 token per forward
     (fixed strategy, B steps per block, EOS disabled). Pairs are interleaved; the minimum over repeats is kept."""
     pad = token_id(tokenizer, PAD)
     mask_id = model_block_settings(model, tokenizer)[1]
     batch_p = collate_prompts([prompt] * batch, pad, next(model.parameters()).device,
                               pad_to_multiple=PROMPT_BUCKET if compile else 1)
+    kw = dict(compile=compile, cuda_graphs=attention == "sdpa", attention=attention)  # as `generate` builds it
+
+    def per_forward(t0, forwards) -> float:
+        n = int(forwards[0])  # reading the count waits for the device
+        return (time.perf_counter() - t0) / n
 
     def ar():
-        r = StepRunner(model, batch_p, 1, n_tokens + 1, compile=compile)
+        r = StepRunner(model, batch_p, 1, n_tokens + 1, **kw)
         t0 = time.perf_counter()
-        out = decode_ar(r, max_new_tokens=n_tokens, eos_id=-1, pad_id=pad)
-        return (time.perf_counter() - t0) / int(out[2][0])
+        return per_forward(t0, decode_ar(r, max_new_tokens=n_tokens, eos_id=-1, pad_id=pad)[2])
 
     def blk(b):
-        r = StepRunner(model, batch_p, b, n_tokens, compile=compile)
+        r = StepRunner(model, batch_p, b, n_tokens, **kw)
         t0 = time.perf_counter()
         out = decode_block(r, max_new_tokens=n_tokens, mask_id=mask_id, eos_id=-1, pad_id=pad, strategy="fixed",
                            max_steps=b, fused_commit=True)
-        return (time.perf_counter() - t0) / int(out[2][0])
+        return per_forward(t0, out[2])
 
     ar(), [blk(b) for b in block_sizes]  # warm-up
     res = {"ar_ms": math.inf, **{f"B{b}_ms": math.inf for b in block_sizes}}
@@ -215,42 +244,50 @@ def run_bench(model, tokenizer, prompts, grid: BenchGrid, *, expert=None, fmt=No
     expert_pool = [expert[i % len(expert)] for i in range(n_prompts)] if expert else None
 
     def timed_chunks(model_, tok_, cfg, n, warmup=True):
+        # compiled steps: every chunk may have a new prompt width (a new graph), so each chunk warms up
         gens, wall = [], 0.0
         for i in range(0, len(pool) - len(pool) % n, n):
-            g, w = timed_generate(model_, tok_, pool[i:i + n], cfg, grid.repeats, warmup=warmup and i == 0)
+            g, w = timed_generate(model_, tok_, pool[i:i + n], cfg, grid.repeats,
+                                  warmup=warmup and (i == 0 or cfg.compile))
             gens, wall = gens + g, wall + w
         return gens, wall
 
-    for dname in grid.dtypes:
-        m = copy.deepcopy(base).to(DTYPES[dname]).eval()
-        ar_m = copy.deepcopy(ar_base).to(DTYPES[dname]).eval() if ar_base is not None else m
-        if grid.step_cost:
-            costs.append({"dtype": dname, "threads": torch.get_num_threads(),
-                          **step_cost(m, tokenizer, pool[0], grid.block_sizes, compile=grid.compile,
-                                    n_tokens=grid.step_cost_tokens, repeats=grid.step_cost_repeats)})
-            if progress:
-                progress(f"step cost {dname}: " + ", ".join(f"B{b} {costs[-1][f'B{b}_ratio']:.2f}x" for b in grid.block_sizes))
-        for n in grid.batch_sizes:
-            used = len(pool) - len(pool) % n
-            ar_cfg = DecodeConfig(mode="ar", max_new_tokens=grid.max_new_tokens, compile=grid.compile)
-            generate(ar_m, ar_tok, pool[:n], ar_cfg)  # AR warm-up, once per (dtype, batch)
-            for b in grid.block_sizes:
-                for tau in grid.thresholds:
+    for comp in grid.compile:
+        for dname in grid.dtypes:
+            # fresh copies per (compile, dtype): a compiled step freezes the weights of the model it first saw
+            m = copy.deepcopy(base).to(grid.device, DTYPES[dname]).eval()
+            ar_m = copy.deepcopy(ar_base).to(grid.device, DTYPES[dname]).eval() if ar_base is not None else m
+            if grid.step_cost:
+                costs.append({"dtype": dname, "compile": comp, "threads": torch.get_num_threads(),
+                              **step_cost(m, tokenizer, pool[0], grid.block_sizes, compile=comp, attention=grid.attention,
+                                          n_tokens=grid.step_cost_tokens, repeats=grid.step_cost_repeats)})
+                if progress:
+                    progress(f"step cost {dname}{' compiled' if comp else ''}: "
+                             + ", ".join(f"B{b} {costs[-1][f'B{b}_ratio']:.2f}x" for b in grid.block_sizes))
+            for n in grid.batch_sizes:
+                used = len(pool) - len(pool) % n
+                ar_cfg = DecodeConfig(mode="ar", max_new_tokens=grid.max_new_tokens, compile=comp, attention=grid.attention)
+                timed_chunks(ar_m, ar_tok, ar_cfg, n, warmup=True)  # AR warm-up (every prompt width), per (dtype, batch)
+                for b, tau, steps, cache in itertools.product(grid.block_sizes, grid.thresholds,
+                                                              grid.max_steps_per_block, grid.caches):
                     # AR is re-timed next to every diffusion run: the ratio is taken within the pair
                     ar_g, ar_wall = timed_chunks(ar_m, ar_tok, ar_cfg, n, warmup=False)
                     ar = summarize(ar_g, ar_wall)
-                    cfg = DecodeConfig(mode="block", block_size=b, threshold=tau, max_steps_per_block=grid.max_steps_per_block,
-                                       max_new_tokens=grid.max_new_tokens, compile=grid.compile)
+                    cfg = DecodeConfig(mode="block", block_size=b, threshold=tau, compile=comp, max_steps_per_block=steps,
+                                       max_new_tokens=grid.max_new_tokens, delayed_cache=cache == "delayed",
+                                       attention=grid.attention)
                     g, wall = timed_chunks(m, tokenizer, cfg, n)
                     d = summarize(g, wall)
                     exp = expert_pool[:used] if expert_pool else None
-                    row = {"dtype": dname, "batch": n, "block_size": b, "threshold": tau, "ar": ar, "diffusion": d,
-                           "speedup": d["tok_s"] / ar["tok_s"], "prompts": used,
-                           "quality": quality(g, ar_g, exp, fmt), "ar_quality": quality(ar_g, ar_g, exp, fmt)}
+                    row = {"dtype": dname, "compile": comp, "batch": n, "block_size": b, "threshold": tau,
+                           "max_steps": steps, "cache": cache, "ar": ar, "diffusion": d,
+                           "speedup": d["tok_s"] / ar["tok_s"], "prompts": used, "quality": quality(g, ar_g, exp, fmt),
+                           "ar_quality": quality(ar_g, ar_g, exp, fmt)}
                     rows.append(row)
                     if progress:
                         progress(row)
-    return {"threads": torch.get_num_threads(), "torch": torch.__version__, "grid": asdict(grid), "rows": rows,
+    device = torch.cuda.get_device_name(grid.device) if grid.device.startswith("cuda") else "cpu"
+    return {"threads": torch.get_num_threads(), "torch": torch.__version__, "device": device, "grid": asdict(grid), "rows": rows,
             "step_cost": costs, "n_params": sum(p.numel() for p in model.parameters()),
             "ar_baseline": "separate AR checkpoint" if ar_model is not None else "same model, AR decoding",
             "best": best_vs_best(rows)}
@@ -258,15 +295,19 @@ def run_bench(model, tokenizer, prompts, grid: BenchGrid, *, expert=None, fmt=No
 
 def best_vs_best(rows: list[dict]) -> list[dict]:
     """Per batch size: the fastest AR setting (any dtype) against the fastest diffusion setting (any dtype, B,
-    tau) -- the headline figure, so a dtype that only slows AR down cannot flatter the ratio."""
+    tau, cache, compile setting) -- the headline figure, so a setting that only slows AR down cannot flatter the
+    ratio."""
     out = []
     for n in sorted({r["batch"] for r in rows}):
         sel = [r for r in rows if r["batch"] == n]
         ar = max(sel, key=lambda r: r["ar"]["tok_s"])
         d = max(sel, key=lambda r: r["diffusion"]["tok_s"])
-        out.append({"batch": n, "ar_dtype": ar["dtype"], "ar_tok_s": ar["ar"]["tok_s"], "diffusion_dtype": d["dtype"],
-                    "block_size": d["block_size"], "threshold": d["threshold"], "diffusion_tok_s": d["diffusion"]["tok_s"],
-                    "tpf": d["diffusion"]["tpf"], "ratio": d["diffusion"]["tok_s"] / ar["ar"]["tok_s"]})
+        out.append({"batch": n, "ar_dtype": ar["dtype"], "ar_compile": ar.get("compile", False), "ar_tok_s": ar["ar"]["tok_s"],
+                    "diffusion_dtype": d["dtype"], "diffusion_compile": d.get("compile", False), "cache": d.get("cache", "exact"),
+                    "block_size": d["block_size"], "threshold": d["threshold"], "max_steps": d.get("max_steps"),
+                    "diffusion_tok_s": d["diffusion"]["tok_s"],
+                    "tpf": d["diffusion"]["tpf"], "ratio": d["diffusion"]["tok_s"] / ar["ar"]["tok_s"],
+                    "l2_vs_expert": d["quality"]["l2_vs_expert"], "ar_l2_vs_expert": ar["ar_quality"]["l2_vs_expert"]})
     return out
 
 
@@ -304,13 +345,20 @@ def paired_bench(*, ar_checkpoint, diffusion_checkpoint, data=None, out, setting
     grid = BenchGrid(
         batch_sizes=list(st.get("batch_sizes", [1, 8])), block_sizes=list(st.get("block_sizes", [4, 8, 16, 32])),
         thresholds=list(st.get("thresholds", [0.7, 0.8, 0.9, 0.95])), dtypes=list(st.get("dtypes", ["fp32", "bf16"])),
-        max_new_tokens=int(st.get("max_new_tokens", 160)), max_steps_per_block=int(st.get("max_steps_per_block", 32)),
-        repeats=int(st.get("repeats", 1)), compile=bool(st.get("compile", False)), step_cost=bool(st.get("step_cost", True)),
+        max_new_tokens=int(st.get("max_new_tokens", 160)),
+        max_steps_per_block=[int(x) for x in _as_list(st.get("max_steps_per_block", 32))],
+        repeats=int(st.get("repeats", 1)), compile=[bool(c) for c in _as_list(st.get("compile", False))],
+        step_cost=bool(st.get("step_cost", True)), caches=list(st.get("caches", ["exact", "delayed"])),
+        device=str(st.get("device", "cpu")), attention=str(st.get("attention", "sdpa")),
     )
     fmt = st.get("format") or guess_format(expert[0] if expert else None)
     result = run_bench(model, tok, prompts, grid, expert=expert, fmt=fmt, ar_model=ar_model, ar_tokenizer=ar_tok)
     result.update(ar_checkpoint=str(ar_checkpoint), diffusion_checkpoint=str(diffusion_checkpoint), format=fmt)
     return write_outputs(result, Path(out))
+
+
+def _as_list(v) -> list:
+    return list(v) if isinstance(v, (list, tuple)) else [v]
 
 
 def write_outputs(result: dict, out: Path) -> dict:
@@ -325,8 +373,9 @@ def write_outputs(result: dict, out: Path) -> dict:
 
 def markdown_tables(result: dict) -> str:
     lines = [f"Threads: {result['threads']}; AR baseline: {result.get('ar_baseline')}; tok/s counts generated tokens only.",
-             "", "| dtype | batch | B | tau | AR tok/s | diffusion tok/s | ratio | ms/tok AR | ms/tok diff | fwd/sample AR "
-             "| fwd/sample diff | TPF | exact vs AR | L2 vs expert diff (AR) | parse fail diff (AR) |", "|" + "---|" * 15]
+             "", "| dtype | batch | B | tau | steps | cache | AR tok/s | diffusion tok/s | ratio | ms/tok AR | ms/tok diff "
+             "| fwd/sample AR | fwd/sample diff | TPF | exact vs AR | L2 vs expert diff (AR) | parse fail diff (AR) |",
+             "|" + "---|" * 17]
     for r in result["rows"]:
         a, d, q = r["ar"], r["diffusion"], r["quality"]
         qa = r.get("ar_quality") or {}
@@ -334,24 +383,36 @@ def markdown_tables(result: dict) -> str:
         if qa.get("l2_vs_expert") is not None:
             l2 += f" ({qa['l2_vs_expert']:.3f})"
         fails = f"{q['parse_failures']}" + (f" ({qa['parse_failures']})" if qa else "")
-        lines.append(f"| {r['dtype']} | {r['batch']} | {r['block_size']} | {r['threshold']} | {a['tok_s']:.1f} | "
+        lines.append(f"| {_setting(r['dtype'], r.get('compile'))} | {r['batch']} | {r['block_size']} | {r['threshold']} | "
+                     f"{r.get('max_steps', '-')} | {r.get('cache', 'exact')} | {a['tok_s']:.1f} | "
                      f"{d['tok_s']:.1f} | {r['speedup']:.2f}x | {a['ms_per_token']:.2f} | {d['ms_per_token']:.2f} | "
                      f"{a['forwards_per_sample']:.1f} | {d['forwards_per_sample']:.1f} | {d['tpf']:.2f} | "
                      f"{q['exact_match_vs_ar']:.2f} | {l2} | {fails} |")
     if result.get("best"):
-        lines += ["", "Best AR (any dtype) vs best diffusion (any dtype, B, tau):", ""]
-        for b in result["best"]:
-            lines.append(f"- batch {b['batch']}: AR {b['ar_tok_s']:.1f} tok/s ({b['ar_dtype']}) vs diffusion "
-                         f"{b['diffusion_tok_s']:.1f} tok/s ({b['diffusion_dtype']}, B{b['block_size']}, tau {b['threshold']}, "
-                         f"TPF {b['tpf']:.2f}): {b['ratio']:.2f}x")
+        lines += ["", "Best AR (any dtype, compile setting) vs best diffusion (any dtype, compile setting, B, tau, cache):", ""]
+        lines += [f"- {_best_line(b)}" for b in result["best"]]
     if result.get("step_cost"):
         keys = [k for k in result["step_cost"][0] if k.endswith("_ratio")]
         lines += ["", "Cost of one forward in the decode loop relative to one AR step:", "",
                   "| dtype | threads | AR ms | " + " | ".join(k.replace("_ratio", "") for k in keys) + " |",
                   "|" + "---|" * (3 + len(keys))]
         for c in result["step_cost"]:
-            lines.append(f"| {c['dtype']} | {c['threads']} | {c['ar_ms']:.2f} | " + " | ".join(f"{c[k]:.2f}x" for k in keys) + " |")
+            lines.append(f"| {_setting(c['dtype'], c.get('compile'))} | {c['threads']} | {c['ar_ms']:.2f} | "
+                         + " | ".join(f"{c[k]:.2f}x" for k in keys) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _setting(dtype: str, compiled) -> str:
+    return f"{dtype}+compile" if compiled else dtype
+
+
+def _best_line(b: dict) -> str:
+    l2 = "" if b.get("l2_vs_expert") is None else f", L2 vs expert {b['l2_vs_expert']:.2f} m (AR {b['ar_l2_vs_expert']:.2f})"
+    return (f"batch {b['batch']}: AR {b['ar_tok_s']:.1f} tok/s ({_setting(b['ar_dtype'], b.get('ar_compile'))}) vs "
+            f"diffusion {b['diffusion_tok_s']:.1f} tok/s ({_setting(b['diffusion_dtype'], b.get('diffusion_compile'))}, "
+            f"B{b['block_size']}, tau {b['threshold']}, <= {b.get('max_steps')} steps/block, {b.get('cache', 'exact')} cache, "
+            f"TPF {b['tpf']:.2f}{l2}): "
+            f"{b['ratio']:.2f}x")
 
 
 # ------------------------------------------------------------------------------------------------ output
@@ -363,20 +424,25 @@ def write_plot(result: dict, path: Path) -> None:
 
     rows = result["rows"]
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
-    for (dname, n) in sorted({(r["dtype"], r["batch"]) for r in rows}):
-        for tau in sorted({r["threshold"] for r in rows}):
-            sel = sorted((r for r in rows if r["dtype"] == dname and r["batch"] == n and r["threshold"] == tau),
-                         key=lambda r: r["block_size"])
-            axes[0].plot([r["block_size"] for r in sel], [r["speedup"] for r in sel], marker="o",
-                         label=f"{dname} bs{n} tau{tau}")
-        for b in sorted({r["block_size"] for r in rows}):
-            sel = sorted((r for r in rows if r["dtype"] == dname and r["batch"] == n and r["block_size"] == b),
-                         key=lambda r: r["threshold"])
-            axes[1].plot([r["threshold"] for r in sel], [r["diffusion"]["tpf"] for r in sel], marker="o",
-                         label=f"{dname} bs{n} B{b}")
-    for r in rows:
-        q = r["quality"]["l2_vs_expert"] if r["quality"]["l2_vs_expert"] is not None else 1 - r["quality"]["exact_match_vs_ar"]
-        axes[2].scatter(q, r["speedup"], s=12)
+    def series(r):  # one line per (dtype + compile, batch, step cap, cache)
+        return _setting(r["dtype"], r.get("compile")), r["batch"], r.get("max_steps", 0), r.get("cache", "exact")
+
+    for key in sorted({series(r) for r in rows}):
+        name = f"{key[0]} bs{key[1]} <={key[2]}st {key[3]}"
+        mine = [r for r in rows if series(r) == key]
+        for tau in sorted({r["threshold"] for r in mine}):
+            sel = sorted((r for r in mine if r["threshold"] == tau), key=lambda r: r["block_size"])
+            axes[0].plot([r["block_size"] for r in sel], [r["speedup"] for r in sel], marker="o", label=f"{name} tau{tau}")
+        for b in sorted({r["block_size"] for r in mine}):
+            sel = sorted((r for r in mine if r["block_size"] == b), key=lambda r: r["threshold"])
+            axes[1].plot([r["threshold"] for r in sel], [r["diffusion"]["tpf"] for r in sel], marker="o", label=f"{name} B{b}")
+    for cache, color in (("exact", "tab:blue"), ("delayed", "tab:orange")):
+        sel = [r for r in rows if r.get("cache", "exact") == cache]
+        q = [r["quality"]["l2_vs_expert"] if r["quality"]["l2_vs_expert"] is not None else 1 - r["quality"]["exact_match_vs_ar"]
+             for r in sel]
+        if sel:
+            axes[2].scatter(q, [r["speedup"] for r in sel], s=12, color=color, label=f"{cache} cache")
+    axes[2].legend(fontsize=7)
     xl = "L2 vs expert (m)" if any(r["quality"]["l2_vs_expert"] is not None for r in rows) else "1 - exact match vs AR"
     for ax, (x, y, t) in zip(axes, [("block size B", "diffusion / AR tok/s", "speed vs B"),
                                      ("threshold tau", "tokens per forward", "TPF vs tau"),
@@ -399,25 +465,24 @@ def print_table(result: dict, console=None) -> None:
 
     console = console or Console()
     t = Table(title=f"AR vs block diffusion ({result['threads']} threads, {result['n_params'] / 1e6:.1f}M params)")
-    for c in ["dtype", "batch", "B", "tau", "AR tok/s", "diff tok/s", "ratio", "ms/tok AR", "ms/tok diff",
+    for c in ["dtype", "batch", "B", "tau", "steps", "cache", "AR tok/s", "diff tok/s", "ratio", "ms/tok AR", "ms/tok diff",
               "fwd/sample AR", "fwd/sample diff", "TPF", "exact vs AR"]:
         t.add_column(c, justify="right")
     for r in result["rows"]:
         a, d = r["ar"], r["diffusion"]
-        t.add_row(r["dtype"], str(r["batch"]), str(r["block_size"]), f"{r['threshold']:.2f}", f"{a['tok_s']:.1f}",
+        t.add_row(_setting(r["dtype"], r.get("compile")), str(r["batch"]), str(r["block_size"]), f"{r['threshold']:.2f}",
+                  str(r.get("max_steps", "-")), r.get("cache", "exact"), f"{a['tok_s']:.1f}",
                   f"{d['tok_s']:.1f}", f"{r['speedup']:.2f}x", f"{a['ms_per_token']:.2f}", f"{d['ms_per_token']:.2f}",
                   f"{a['forwards_per_sample']:.1f}", f"{d['forwards_per_sample']:.1f}", f"{d['tpf']:.2f}",
                   f"{r['quality']['exact_match_vs_ar']:.2f}")
     console.print(t)
     for b in result.get("best", []):
-        console.print(f"best vs best, batch {b['batch']}: AR {b['ar_tok_s']:.1f} tok/s ({b['ar_dtype']}) vs diffusion "
-                      f"{b['diffusion_tok_s']:.1f} tok/s ({b['diffusion_dtype']}, B{b['block_size']}, tau {b['threshold']}) "
-                      f"= {b['ratio']:.2f}x")
+        console.print(f"best vs best, {_best_line(b)}")
     if result["step_cost"]:
         s = Table(title="cost of one forward inside the decode loop, relative to one AR step (lower = better)")
         keys = [k for k in result["step_cost"][0] if k.endswith("_ratio")]
         for c in ["dtype", "threads", "AR ms", *[k.replace("_ratio", "") for k in keys]]:
             s.add_column(c, justify="right")
         for c in result["step_cost"]:
-            s.add_row(c["dtype"], str(c["threads"]), f"{c['ar_ms']:.2f}", *[f"{c[k]:.2f}x" for k in keys])
+            s.add_row(_setting(c["dtype"], c.get("compile")), str(c["threads"]), f"{c['ar_ms']:.2f}", *[f"{c[k]:.2f}x" for k in keys])
         console.print(s)

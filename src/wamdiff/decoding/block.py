@@ -9,6 +9,13 @@ finished block is then committed (its clean K/V written to the same slots): in a
 into the next block's first step as B extra queries in front of the B masks (and the prompt prefill fused
 with block 0's first step), which saves exactly one forward per block.
 
+Delayed cache (optional, after dKV-Cache's delayed caching): a denoising step after a block's first one
+queries only the positions still masked plus those decoded at the previous step (whose K/V still hold the
+mask embedding); positions decoded earlier keep the K/V written when they were last queried, one step after
+their decision. The tail steps of a block, which decide a handful of uncertain digits, then cost a
+few-query forward instead of a B-query one. It approximates the exact rule (those K/V are one step stale);
+the commit still recomputes the finished block exactly, so later blocks see exact K/V.
+
 Batches: every sample runs every forward (fixed shapes); per-sample `active` flags decide what counts.
 A sample is finished once a block containing EOS is complete; its tail after EOS is PAD (the training
 convention). All selection is vectorised over the batch: no per-sample Python in the hot path.
@@ -44,6 +51,19 @@ def select_topk(conf: torch.Tensor, masked: torch.Tensor, k: int) -> torch.Tenso
     return sel & masked
 
 
+def query_slots(need: torch.Tensor, static_shapes: bool) -> torch.Tensor:
+    """Block positions [N, Q] to query in a delayed-cache step: each row's needed positions first, the row
+    padded with repeats of its first entry (a repeated query recomputes identical K/V, so padding changes no
+    result). Q = the largest need count, rounded up to a power of two for compiled / graph-captured steps."""
+    q = int(need.sum(1).max())
+    if static_shapes:
+        q = min(need.shape[1], 1 << max(0, q - 1).bit_length())
+    order = torch.argsort((~need).to(torch.int8), dim=1, stable=True)[:, :q]
+    count = need.sum(1, keepdim=True)
+    cols = torch.arange(q, device=need.device)[None]
+    return torch.where(cols < count, order, order[:, :1])
+
+
 def confidence(logits: torch.Tensor):
     """(top probability, argmax) per position, in fp32, without materialising the softmax."""
     logits = logits.float()
@@ -64,11 +84,13 @@ def decode_block(
     strategy: str = "threshold",
     fused_commit: bool = True,
     grammar_table=None,
+    delayed_cache: bool = False,
     trace=None,
 ):
     """Returns (tokens [N, A] (PAD after EOS), lengths [N], forwards [N], finished [N]).
 
-    `trace(block_index, step, block_tokens_before, logits)` is called after every denoising forward (tests).
+    `trace(block_index, step, block_tokens_before, logits)` is called after every denoising forward (tests);
+    in delayed-cache steps the rows of positions that were not queried are NaN.
     """
     n, p, bsz = runner.n, runner.P, runner.B
     dev = runner.device
@@ -93,19 +115,29 @@ def decode_block(
         x = all_mask.clone()
         masked = active[:, None].expand(n, bsz).clone()
         allowed = None if grammar_table is None else grammar_table[blk * bsz:(blk + 1) * bsz]
+        decided_last = torch.zeros_like(masked)  # delayed cache: decided at the previous step, K/V not yet written
         step = 0
         while True:
+            idx = None
             if step == 0 and fused_commit and blk == 0:
                 logits = runner.prefill(x, keep=bsz)
             elif step == 0 and pending is not None:
                 logits = runner.forward(torch.cat([pending, x], dim=1), s0 - bsz, keep=bsz)
+            elif delayed_cache and step > 0:
+                idx = query_slots(masked | decided_last, runner.static_shapes)
+                logits = runner.forward_slots(x.gather(1, idx), s0 + idx)
             else:
                 logits = runner.forward(x, s0, keep=bsz)
             if allowed is not None:
-                logits = logits.masked_fill(~allowed, float("-inf"))
+                logits = logits.masked_fill(~(allowed[idx] if idx is not None else allowed), float("-inf"))
             if trace is not None:
-                trace(blk, step, x.clone(), logits)
+                full = logits if idx is None else torch.full((n, bsz, logits.shape[-1]), float("nan"), device=dev).scatter(
+                    1, idx[..., None].expand_as(logits), logits.float())
+                trace(blk, step, x.clone(), full)
             conf, pred = confidence(logits)
+            if idx is not None:  # back to block positions; positions not queried are never masked
+                conf = torch.full(x.shape, -1.0, device=dev).scatter(1, idx, conf)
+                pred = x.scatter(1, idx, pred)
             forwards += masked.any(1)
             step += 1
             if step >= n_steps_cap:
@@ -116,6 +148,7 @@ def decode_block(
                 sel = select_threshold(conf, masked, threshold)
             x = torch.where(sel, pred, x)
             masked = masked & ~sel
+            decided_last = sel
             if not bool(masked.any()):
                 break
         pending = None

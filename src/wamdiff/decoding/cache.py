@@ -3,7 +3,8 @@
 transformers' `StaticCache` appends at a running counter. Block diffusion needs to overwrite the same slots
 at every denoising step of a block (the cache must not grow) and to write a committed block back into its
 slot, so each layer here copies the new K/V to `cache.write_index` (a LongTensor of slot ids set by the
-caller before each forward) and returns the whole preallocated buffer. Attention then runs over all slots;
+caller before each forward: one slot list for the whole batch, or [N, Q] slots per sample) and returns the
+whole preallocated buffer. Attention then runs over all slots;
 the caller's mask hides the slots a query may not see (unwritten, padding, later blocks). The AR baseline
 uses the very same class, so both decoders pay identical cache costs.
 """
@@ -23,8 +24,13 @@ class _SlotLayer(StaticLayer):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         idx = self._owner.write_index
-        self.keys.index_copy_(2, idx, key_states)
-        self.values.index_copy_(2, idx, value_states)
+        if idx.ndim == 1:  # the same slots for every sample
+            self.keys.index_copy_(2, idx, key_states)
+            self.values.index_copy_(2, idx, value_states)
+        else:  # [N, Q]: each sample writes its own slots
+            idx = idx[:, None, :, None].expand_as(key_states)
+            self.keys.scatter_(2, idx, key_states)
+            self.values.scatter_(2, idx, value_states)
         return self.keys, self.values
 
     def get_seq_length(self) -> int:

@@ -17,6 +17,18 @@ def _ints(s: str) -> list[int]:
     return [int(x) for x in s.split(",") if x.strip()]
 
 
+def _words(s: str) -> list[str]:
+    return [x.strip() for x in s.split(",") if x.strip()]
+
+
+def _on_off(s: str) -> list[bool]:
+    words = _words(s)
+    bad = [w for w in words if w not in ("on", "off")]
+    if bad or not words:
+        raise typer.BadParameter(f"--compile takes on, off or off,on; got {s!r}")
+    return [w == "on" for w in words]
+
+
 @app.callback(invoke_without_command=True)
 def bench(
     checkpoint: Path = typer.Option(None, help="Checkpoint directory (wamdiff.models.load_model)."),
@@ -31,12 +43,15 @@ def bench(
     taus: str = typer.Option("0.7,0.8,0.9,0.95", help="Confidence thresholds."),
     dtypes: str = typer.Option("fp32,bf16", help="fp32 and/or bf16."),
     max_new_tokens: int = typer.Option(160, help="Answer budget."),
-    max_steps: int = typer.Option(32, help="Max denoising steps per block."),
+    max_steps: str = typer.Option("32", help="Max denoising steps per block (a list: each is a grid point)."),
     repeats: int = typer.Option(1, help="Timed repeats per configuration (median)."),
     threads: int = typer.Option(0, help="torch threads (0 = leave as is)."),
-    compile: bool = typer.Option(False, help="torch.compile the step (applies to AR and diffusion)."),
+    compile: str = typer.Option("off", help="torch.compile the step: off, on, or off,on (each applies to AR and diffusion)."),
+    caches: str = typer.Option("exact,delayed", help="Block K/V refresh: exact (whole block every step) and/or delayed."),
     step_cost: bool = typer.Option(True, help="Also measure block-step / AR-step cost ratios."),
     fmt: str = typer.Option(None, "--format", help="Trajectory format for L2 quality (text2, text1, bins, fixed1, fixed2)."),
+    device: str = typer.Option("cpu", help="cpu or cuda[:i] (CUDA: the steps run as CUDA graphs unless --attention flashinfer)."),
+    attention: str = typer.Option("sdpa", help="Decode-step attention: sdpa, flashinfer (CUDA) or torch_paged (reference)."),
     quick: bool = typer.Option(False, help="Shrink the grid: batch 1, B 8,32, tau 0.9, fp32, 64 tokens."),
     out: Path = typer.Option(Path("runs/bench"), help="Output folder (bench.json, bench.png)."),
 ) -> None:
@@ -65,10 +80,15 @@ def bench(
         prompts, expert = load_wamdiff2_json(data, tok, vision=is_vl, limit=n_prompts)
     else:
         prompts = synthetic_prompts(tok, n_prompts, vision=is_vl)
-    grid = BenchGrid(_ints(batch), _ints(blocks), _floats(taus), [d.strip() for d in dtypes.split(",")],
-                     max_new_tokens, max_steps, repeats, compile, step_cost)
-    if quick:
-        grid = BenchGrid([1], [8, 32], [0.9], ["fp32"], 64, max_steps, repeats, compile, step_cost)
+    compile_modes = _on_off(compile)
+    try:
+        grid = BenchGrid(_ints(batch), _ints(blocks), _floats(taus), _words(dtypes), max_new_tokens, _ints(max_steps), repeats,
+                         compile_modes, step_cost, caches=_words(caches), device=device, attention=attention)
+        if quick:
+            grid = BenchGrid([1], [8, 32], [0.9], ["fp32"], 64, _ints(max_steps), repeats, compile_modes, step_cost,
+                             caches=_words(caches), device=device, attention=attention)
+    except ValueError as err:
+        raise typer.BadParameter(str(err)) from err
     console.print(f"threads={torch.get_num_threads()} params={sum(p.numel() for p in model.parameters()) / 1e6:.1f}M "
                   f"vision={is_vl} prompts={len(prompts)} grid={grid}")
 
@@ -76,7 +96,8 @@ def bench(
         if isinstance(row, str):
             console.print(row)
         else:
-            console.print(f"{row['dtype']} bs{row['batch']} B{row['block_size']} tau{row['threshold']}: "
+            console.print(f"{row['dtype']}{'+compile' if row['compile'] else ''} bs{row['batch']} B{row['block_size']} "
+                          f"tau{row['threshold']} <={row['max_steps']} steps {row['cache']}: "
                           f"AR {row['ar']['tok_s']:.1f} tok/s, diffusion {row['diffusion']['tok_s']:.1f} tok/s "
                           f"({row['speedup']:.2f}x), TPF {row['diffusion']['tpf']:.2f}")
 

@@ -22,12 +22,20 @@ class DecodeConfig:
     max_new_tokens: answer budget (generated tokens, EOS included).
     fused_commit: commit a finished block inside the next block's first denoising forward (and fuse the
         prompt prefill with the first block's first step) instead of a separate commit forward.
+    delayed_cache: denoising steps after a block's first query only the still-masked positions and those
+        decoded at the previous step; earlier-decoded positions keep K/V that are one step stale (dKV-Cache's
+        delayed caching). Cheaper tail steps, approximate; the block commit stays exact. Off = every step
+        recomputes the whole block (exact).
     grammar: optional `wamdiff.decoding.grammar.Grammar` (per-position allowed tokens).
     dtype: cast the model to this dtype first (IN PLACE; e.g. torch.bfloat16); None keeps it.
     compile: torch.compile the one-step function (same setting applies to AR and block). On CPU with
         inductor weight freezing: the compiled step keeps the weights it first saw (inference only; one
         compiled step per model, cached on it; first calls of each shape take tens of seconds).
     cuda_graphs: on CUDA, capture the fixed-shape steps as CUDA graphs (ignored on CPU).
+    attention: "sdpa" (PyTorch SDPA over the slot cache with the slot mask), "flashinfer" (FlashInfer's paged
+        prefill kernel reading the cache in place, only slots up to the current block; CUDA + `flashinfer`
+        package; eager steps: no compile, no CUDA graphs; not yet verified on a GPU here) or "torch_paged"
+        (the same paged layout in plain torch: a slow reference for tests).
     """
 
     mode: Literal["ar", "block"] = "block"
@@ -37,12 +45,16 @@ class DecodeConfig:
     strategy: Literal["threshold", "fixed"] = "threshold"
     max_new_tokens: int = 160
     fused_commit: bool = True
+    delayed_cache: bool = False
     grammar: Any = None
     dtype: torch.dtype | str | None = None
     compile: bool = False
     cuda_graphs: bool = True
+    attention: Literal["sdpa", "flashinfer", "torch_paged"] = "sdpa"
 
     def __post_init__(self) -> None:
+        if self.attention not in ("sdpa", "flashinfer", "torch_paged"):
+            raise ValueError(f"DecodeConfig.attention must be sdpa, flashinfer or torch_paged, got {self.attention!r}")
         if self.mode not in ("ar", "block"):
             raise ValueError(f"DecodeConfig.mode must be 'ar' or 'block', got {self.mode!r}")
         if self.strategy not in ("threshold", "fixed"):

@@ -1,6 +1,7 @@
 """CUDA Graphs for the fixed-shape decode steps (CUDA only; never imported on a CPU path).
 
-Every step shape of a `StepRunner` is fixed per query length (AR: 1, block: B, fused commit: 2B) and every
+Every step shape of a `StepRunner` is fixed per query length (AR: 1, block: B, fused commit: 2B, delayed-cache
+steps: a power of two <= B) and every
 input lives in a tensor (ids, mask rows, position ids, cache write index), so each shape is captured once
 and replayed: inputs are copied into static buffers, the graph replays the whole text-model forward
 (K/V writes into the static cache included), the static logits are returned (clone before keeping them).
@@ -23,9 +24,10 @@ class CudaGraphStep:
         self.graphs: dict[tuple, tuple] = {}
 
     def __call__(self, ids, mask, pos, keep: int):
-        key = (tuple(ids.shape), tuple(mask.shape), tuple(pos.shape), keep)
-        entry = self.graphs.get(key)
         cache = self.runner.cache
+        # write_index: [Q] (contiguous slots) or [N, Q] (per-sample slots, delayed-cache steps): part of the shape
+        key = (tuple(ids.shape), tuple(mask.shape), tuple(pos.shape), tuple(cache.write_index.shape), keep)
+        entry = self.graphs.get(key)
         if entry is None:
             s_ids, s_mask, s_pos = ids.clone(), mask.clone(), pos.clone()
             s_idx = cache.write_index.clone()

@@ -57,7 +57,7 @@ def generate(model, tokenizer, prompts, config: DecodeConfig | None = None) -> l
     prepare_model(model, config)
     eos_id, pad_id = token_id(tokenizer, IM_END), token_id(tokenizer, PAD)
     device = next(model.parameters()).device
-    static_shapes = config.compile or (config.cuda_graphs and device.type == "cuda")
+    static_shapes = config.compile or (config.cuda_graphs and config.attention == "sdpa" and device.type == "cuda")
     batch = collate_prompts(prompts, pad_id, device, pad_to_multiple=PROMPT_BUCKET if static_shapes else 1)
     if batch.pixel_values is not None:
         batch.pixel_values = batch.pixel_values.to(next(model.parameters()).dtype)
@@ -84,14 +84,15 @@ def generate(model, tokenizer, prompts, config: DecodeConfig | None = None) -> l
         out, lengths, forwards, finished = decode_block(
             runner, max_new_tokens=config.max_new_tokens, mask_id=mask_id, eos_id=eos_id, pad_id=pad_id,
             threshold=config.threshold, max_steps=config.max_steps_per_block, strategy=config.strategy,
-            fused_commit=config.fused_commit, grammar_table=table,
+            fused_commit=config.fused_commit, grammar_table=table, delayed_cache=config.delayed_cache,
         )
     return to_generations(tokenizer, out, lengths, forwards, finished, eos_id)
 
 
 def _make_runner(model, batch, block_size: int, config: DecodeConfig) -> StepRunner:
     capacity = config.max_new_tokens + (1 if config.mode == "ar" else 0)
-    return StepRunner(model, batch, block_size, capacity, compile=config.compile, cuda_graphs=config.cuda_graphs)
+    return StepRunner(model, batch, block_size, capacity, compile=config.compile,
+                      cuda_graphs=config.cuda_graphs and config.attention == "sdpa", attention=config.attention)
 
 
 def to_generations(tokenizer, out, lengths, forwards, finished, eos_id: int) -> list[Generation]:

@@ -11,7 +11,9 @@ prefill (rows [0, P)), a denoising step of block b (its B rows: sees prompt + cl
 a commit of block b (same rows: the clean block is bidirectional inside itself, as x0 in training), the fused
 commit + next step (2B rows: the clean block b cannot see block b + 1, the noisy block b + 1 sees clean b),
 and the AR step (B = 1: causal). Slots that are not written yet have larger block ids, so they are hidden
-by the same rule. Position ids are precomputed for all slots too; a step only slices views.
+by the same rule. Position ids are precomputed for all slots too; a step only slices views. A step may also
+query an arbitrary slot list per sample (`forward_slots`, the delayed-cache denoising steps): its mask rows
+and positions are gathered from the same tables.
 
 This is the mask of DESIGN §2.1 restricted to decode time; `tests/test_decoding_masks.py` checks it against
 `wamdiff.diffusion.masks.decode_block_mask_dense`.
@@ -19,11 +21,14 @@ This is the mask of DESIGN §2.1 restricted to decode time; `tests/test_decoding
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
 
 from wamdiff.decoding.cache import SlotCache
+from wamdiff.decoding.paged_attention import make_backend, paged_step, step_hook
+from wamdiff.diffusion.attention import install_attention, step_attention
 from wamdiff.diffusion.masks import decode_position_ids, prefix_position_ids, uses_mrope
 
 
@@ -79,7 +84,7 @@ class StepRunner:
     """Owns the cache, the slot mask matrix, the positions and the one-step forward for one batch."""
 
     def __init__(self, model, batch: PromptBatch, block_size: int, answer_capacity: int, *, compile: bool = False,
-                 cuda_graphs: bool = False):
+                 cuda_graphs: bool = False, attention: str = "sdpa"):
         self.model = model
         self.batch = batch
         self.vl = _is_vl(model)
@@ -98,6 +103,7 @@ class StepRunner:
         key_ok = torch.cat([batch.valid, torch.ones(n, self.A, dtype=torch.bool, device=dev)], dim=1)
         allow = (bid[None, :] <= bid[:, None])[None] & key_ok[:, None, :]
         allow |= torch.eye(s, dtype=torch.bool, device=dev)[None]  # no empty rows (pad queries), keeps outputs finite
+        self._allow_bool = allow[:, None]  # paged attention reads bool rows whatever the model's mask encoding
         impl = getattr(cfg, "_attn_implementation", "sdpa")
         if impl == "eager":  # eager ADDS the mask: additive float
             allow = torch.zeros(allow.shape, dtype=self.dtype, device=dev).masked_fill_(~allow, float("-inf"))
@@ -115,6 +121,9 @@ class StepRunner:
         self.slots = slot
 
         self.cache = SlotCache(cfg, n, s, self.dtype, dev)
+        # compiled steps and CUDA graphs specialise on shapes: callers that choose a query count round it up
+        self.static_shapes = compile or (cuda_graphs and dev.type == "cuda")
+        self._rows = torch.arange(n, device=dev)[:, None]
         if self.vl:
             self._text_model = model.model.language_model
             self._embed = model.model.language_model.embed_tokens
@@ -123,7 +132,13 @@ class StepRunner:
             self._embed = None
         self._lm_head = model.lm_head
         self._step = self._step_eager
-        if compile:
+        self._paged = None
+        if attention != "sdpa":  # a paged kernel per step (FlashInfer); eager steps only
+            if compile:
+                raise ValueError(f"attention={attention!r} runs eager steps; use compile=False")
+            install_attention(model)
+            self._paged = make_backend(attention, dev)
+        elif compile:
             self._step = _compiled_step(model)
             self._step.runner = self
         elif cuda_graphs and dev.type == "cuda":
@@ -153,17 +168,43 @@ class StepRunner:
             ).last_hidden_state
         return self._lm_head(hidden[:, hidden.shape[1] - keep:])
 
+    def _attention(self, rows_bool: torch.Tensor, last_slot: int):
+        """The paged-attention context of a step whose queries have mask rows `rows_bool` and reach `last_slot`:
+        keys are read up to the end of that slot's block (later slots are hidden anyway)."""
+        if self._paged is None:
+            return nullcontext()
+        p, b = self.P, self.B
+        kv_len = last_slot + 1 if last_slot < p else p + ((last_slot - p) // b + 1) * b
+        return step_attention(step_hook(self._paged, paged_step(rows_bool, kv_len)))
+
     def forward(self, ids: torch.LongTensor, q0: int, keep: int) -> torch.Tensor:
         """Run queries `ids` [N, Q] at slots [q0, q0+Q): their K/V are written there; logits of the last `keep`."""
-        mask, pos, index = self.slot_inputs(q0, q0 + ids.shape[1])
+        q1 = q0 + ids.shape[1]
+        mask, pos, index = self.slot_inputs(q0, q1)
         self.cache.write_index = index
-        return self._step(ids, mask, pos, keep)
+        with self._attention(self._allow_bool[:, :, q0:q1], q1 - 1):
+            return self._step(ids, mask, pos, keep)
+
+    def forward_slots(self, ids: torch.LongTensor, slots: torch.LongTensor) -> torch.Tensor:
+        """Run queries `ids` [N, Q] at per-sample slots `slots` [N, Q] (any order; a slot repeated within a row
+        must carry the same token): K/V written there, logits of all Q queries returned."""
+        mask = self.allow[self._rows, 0, slots][:, None]  # [N, 1, Q, S]
+        pos = self.pos.gather(-1, slots.expand(*self.pos.shape[:-1], slots.shape[-1]))  # [N, Q] or [3, N, Q]
+        self.cache.write_index = slots
+        paged = self._paged is not None
+        with self._attention(self._allow_bool[self._rows, 0, slots][:, None] if paged else None,
+                             int(slots.max()) if paged else 0):
+            return self._step(ids, mask, pos, ids.shape[1])
 
     def prefill(self, extra: torch.LongTensor | None, keep: int) -> torch.Tensor:
         """The prompt forward (pixels only here), optionally with `extra` query tokens appended at slot P (the
         first denoising step of block 0 when commits are fused). Returns logits of the last `keep` queries."""
         ids = self.batch.ids if extra is None else torch.cat([self.batch.ids, extra], dim=1)
         mask, pos, self.cache.write_index = self.slot_inputs(0, ids.shape[1])
+        with self._attention(self._allow_bool[:, :, :ids.shape[1]], ids.shape[1] - 1):
+            return self._prefill(ids, mask, pos, keep)
+
+    def _prefill(self, ids, mask, pos, keep: int) -> torch.Tensor:
         if not self.vl:
             return self._step_eager(ids, mask, pos, keep)
         b = self.batch

@@ -4,12 +4,16 @@ Registered in transformers' `AttentionInterface` under `ATTN_IMPL` (Qwen3-VL ref
 name, so a custom name is the way in). A `BlockMask` runs flex attention, a float mask runs eager (the mask is
 added), a bool mask or None runs SDPA. So the mask encoding chosen in `masks.py` decides the path, and a model
 switched once with `install_attention(model)` serves every encoding without touching its config per call.
-Only the text decoder is switched; the vision tower keeps its own attention.
+Only the text decoder is switched; the vision tower keeps its own attention. Inside `step_attention(fn)`
+every text-decoder attention call goes to `fn` instead (the decode fast paths bring their own kernel and
+layout; see `wamdiff.decoding.paged_attention`).
 """
 
 from __future__ import annotations
 
 import warnings
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 import torch
 from torch.nn.attention.flex_attention import flex_attention
@@ -30,7 +34,23 @@ def _flex_eager(module, query, key, value, block_mask, scaling=None, **kwargs):
     return out.transpose(1, 2).contiguous(), None
 
 
+_STEP_ATTENTION: ContextVar = ContextVar("wamdiff_step_attention", default=None)
+
+
+@contextmanager
+def step_attention(fn):
+    """Route the text decoder's attention through `fn(module, query, key, value, scaling)` inside the block."""
+    token = _STEP_ATTENTION.set(fn)
+    try:
+        yield
+    finally:
+        _STEP_ATTENTION.reset(token)
+
+
 def mask_dispatch_attention(module, query, key, value, attention_mask, **kwargs):
+    override = _STEP_ATTENTION.get()
+    if override is not None:
+        return override(module, query, key, value, kwargs.get("scaling"))
     if attention_mask is not None and not isinstance(attention_mask, torch.Tensor):  # BlockMask
         if query.device.type == "cpu":
             return _flex_eager(module, query, key, value, attention_mask, **kwargs)

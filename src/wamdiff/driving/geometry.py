@@ -85,9 +85,9 @@ def rotate_vectors(v, angle) -> np.ndarray:
 def box_corners(x, y, heading, length, width) -> np.ndarray:
     """(4, 2) corners of a box centred at (x, y): front-left, front-right, rear-right, rear-left."""
     c, s = np.cos(heading), np.sin(heading)
-    f, l = np.array([c, s]) * length / 2, np.array([-s, c]) * width / 2
+    fwd, left = np.array([c, s]) * length / 2, np.array([-s, c]) * width / 2
     ctr = np.array([x, y])
-    return np.stack([ctr + f + l, ctr + f - l, ctr - f - l, ctr - f + l])
+    return np.stack([ctr + fwd + left, ctr + fwd - left, ctr - fwd - left, ctr - fwd + left])
 
 
 # -- lanes ---------------------------------------------------------------------------------------------------

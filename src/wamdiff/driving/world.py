@@ -364,17 +364,23 @@ def build_route_centerline(network, plan: RoutePlan, start_s: float, length: flo
             s_change = max(change_at.get((li[:2], nxt[2]), s_cursor), s_cursor)
             new_lane = network.get_lane(nxt)
             for s in np.arange(s_cursor, s_change, step):
-                pts.append(lane.position(s, 0.0)); limits.append(lane.speed_limit or 30.0); owner.append(li)
+                pts.append(lane.position(s, 0.0))
+                limits.append(lane.speed_limit or 30.0)
+                owner.append(li)
             blend = 30.0
             for s in np.arange(s_change, min(s_change + blend, lane_len), step):
                 w = (s - s_change) / blend
-                pts.append((1 - w) * lane.position(s, 0.0) + w * new_lane.position(s, 0.0)); limits.append(lane.speed_limit or 30.0); owner.append(nxt)
+                pts.append((1 - w) * lane.position(s, 0.0) + w * new_lane.position(s, 0.0))
+                limits.append(lane.speed_limit or 30.0)
+                owner.append(nxt)
             s_cursor = min(s_change + blend, lane_len)
             i += 1
             total = float(geo.polyline_arclength(np.array(pts)).max()) if len(pts) > 1 else 0.0
             continue
         for s in np.arange(s_cursor, min(lane_len, s_cursor + length - total + 2.0), step):
-            pts.append(lane.position(s, 0.0)); limits.append(lane.speed_limit or 30.0); owner.append(li)
+            pts.append(lane.position(s, 0.0))
+            limits.append(lane.speed_limit or 30.0)
+            owner.append(li)
         total = float(geo.polyline_arclength(np.array(pts))[-1]) if len(pts) > 1 else 0.0
         s_cursor = 0.0
         i += 1

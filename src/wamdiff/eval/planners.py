@@ -132,6 +132,7 @@ class ModelSettings:
     max_new_tokens: int = 160
     fallback: str = "cv"
     strategy: str = "threshold"
+    delayed: bool = False  # DecodeConfig.delayed_cache
     extra: dict = field(default_factory=dict)
 
 
@@ -170,7 +171,7 @@ class ModelPlanner:
 
         s = self.settings
         kw = dict(mode=s.mode, threshold=s.threshold, max_steps_per_block=s.steps, strategy=s.strategy,
-                  max_new_tokens=s.max_new_tokens, **s.extra)
+                  max_new_tokens=s.max_new_tokens, delayed_cache=s.delayed, **s.extra)
         if s.block is not None:
             kw["block_size"] = s.block
         return DecodeConfig(**kw)
@@ -255,8 +256,15 @@ def parse_spec(spec: str) -> tuple[str, str, dict]:
     return kind, path, opts
 
 
+def _flag(v: str) -> bool:
+    w = v.strip().lower()
+    if w not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+        raise ValueError(f"not a yes/no value: {v!r}")
+    return w in ("1", "true", "yes", "on")
+
+
 def make_planner(spec: str, evaluator=None):
-    """"expert" | "cv" | "reference" | "model:PATH[,mode=block,threshold=0.9,block=32,...]"."""
+    """"expert" | "cv" | "reference" | "model:PATH[,mode=block,threshold=0.9,block=32,delayed=1,...]"."""
     kind, path, opts = parse_spec(spec)
     if kind == "expert":
         return ExpertPlanner()
@@ -267,7 +275,7 @@ def make_planner(spec: str, evaluator=None):
     if kind == "model":
         s = ModelSettings()
         casts = {"mode": str, "threshold": float, "block": int, "steps": int, "fmt": str, "batch": int,
-                 "max_new_tokens": int, "fallback": str, "strategy": str}
+                 "max_new_tokens": int, "fallback": str, "strategy": str, "delayed": _flag}
         for k, v in opts.items():
             if k in casts:
                 try:
