@@ -7,7 +7,7 @@ export OMP_NUM_THREADS ?= 2
 export SDL_VIDEODRIVER := offscreen
 export PYGAME_HIDE_SUPPORT_PROMPT := 1
 
-.PHONY: install test test-slow demo bench pipeline clean
+.PHONY: install test test-slow test-gpu demo bench pipeline clean
 
 install: $(STAMP)
 
@@ -25,11 +25,20 @@ test: $(STAMP)
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow --durations=15
 
+# CUDA graphs and FlashInfer against the eager SDPA path (skipped without a GPU; FlashInfer needs `pip install flashinfer-python`).
+test-gpu: $(STAMP)
+	$(BIN)/python -m pytest -q -rs tests/test_decoding_cuda.py
+
 demo: $(STAMP)
 	$(BIN)/wamdiff demo
 
+# AR VLA vs diffusion student (shipped checkpoints) on freshly simulated test prompts: the issue's grid
+# (batch 1/8, B 4-32, tau 0.7-0.95, fp32/bf16) x step caps 32/4 x exact/delayed cache, 1 thread. ~25 min.
+BENCH_ARGS ?= --max-steps 32,4
 bench: $(STAMP)
-	$(BIN)/wamdiff bench
+	$(BIN)/wamdiff data generate --split test --n 8 --out runs/bench/data --fmt fixed1
+	$(BIN)/wamdiff bench --checkpoint checkpoints/block32_more --ar-checkpoint checkpoints/ar_sft \
+		--data runs/bench/data/test.json --n-prompts 16 --threads 1 --format fixed1 --out runs/bench $(BENCH_ARGS)
 
 pipeline: $(STAMP)
 	$(BIN)/wamdiff pipeline --config configs/default.yaml

@@ -16,12 +16,14 @@ def test_bench_cli_writes_json_plot_and_table(tmp_path):
     out = tmp_path / "bench"
     res = CliRunner().invoke(app, ["--preset", "tiny", "--batch", "1,2", "--blocks", "4", "--taus", "0.9",
                                    "--dtypes", "fp32", "--max-new-tokens", "8", "--n-prompts", "2", "--no-step-cost",
-                                   "--out", str(out)])
+                                   "--max-steps", "8,2", "--out", str(out)])
     assert res.exit_code == 0, res.output
     data = json.loads((out / "bench.json").read_text())
     assert (out / "bench.png").stat().st_size > 0
-    assert "threads" in data and len(data["rows"]) == 4  # 2 batch sizes x (exact, delayed) caches
-    assert {r["cache"] for r in data["rows"]} == {"exact", "delayed"}
+    assert "threads" in data and len(data["rows"]) == 8  # 2 batch sizes x 2 step caps x (exact, delayed) caches
+    assert {r["cache"] for r in data["rows"]} == {"exact", "delayed"} and {r["max_steps"] for r in data["rows"]} == {8, 2}
+    capped = [r for r in data["rows"] if r["max_steps"] == 2]
+    assert all(r["diffusion"]["forwards_per_sample"] <= 2 * 2 for r in capped)  # 8 tokens = 2 blocks of 4, <= 2 steps each
     row = data["rows"][0]
     for k in ("tok_s", "ms_per_token", "forwards_per_sample", "tpf"):
         assert row["ar"][k] > 0 and row["diffusion"][k] > 0

@@ -368,6 +368,10 @@ def test_compiled_step_gives_eager_tokens(mode):
     cfg = dict(mode="ar" if mode == "ar" else "block", block_size=8, threshold=0.6, max_new_tokens=24,
                delayed_cache=mode == "delayed")
     eager = generate(model, TOK, prompts, DecodeConfig(**cfg))
+    from torch._dynamo.utils import counters
+
+    counters.clear()
     comp = generate(model, TOK, prompts, DecodeConfig(compile=True, **cfg))
     assert [g.token_ids for g in comp] == [g.token_ids for g in eager]
+    assert not counters["graph_break"], dict(counters["graph_break"])  # one graph per step shape, no fallbacks
     assert [g.forwards for g in comp] == [g.forwards for g in eager]

@@ -46,7 +46,8 @@ def smoke_config(out) -> dict:
         ],
         "evaluate": {
             "planners": {"expert": "expert", "constant velocity": "cv", "AR VLA": "stage:ar_sft",
-                         "diffusion after curriculum (B32)": "stage:block32", "+ model-level distillation": "stage:distill_model"},
+                         "diffusion after curriculum (B32)": "stage:block32", "+ model-level distillation": "stage:distill_model",
+                         "+ model-level distillation, <= 4 steps, delayed cache": "stage:distill_model,steps=4,delayed=1"},
             "decode": {"mode": "block", "block": 32, "threshold": 0.9, "batch": 4, "max_new_tokens": 48},
             "test_limit": 4, "qa_samples": 4,
             "closedloop": {"routes": "dev", "limit": 2, "model_routes": 1},

@@ -104,24 +104,25 @@ def stage_qa(p) -> dict:
     import torch
 
     from wamdiff.decoding import DecodeConfig, generate
+    from wamdiff.eval.planners import parse_flag
     from wamdiff.models import is_vision_model, load_image_processor, load_model
     from wamdiff.training.data import load_examples
     from wamdiff.training.evaluation import normalise_answer
 
     limit = int(p.cfg["evaluate"].get("qa_samples", 64))
-    dec = p.cfg["evaluate"].get("decode", {})
     res = {}
     for name, spec in p.cfg["evaluate"]["planners"].items():
         if not spec.startswith("stage:"):
             continue
-        stage = spec.split(":", 1)[1]
+        stage, dec = p.stage_decode(spec)
         model, tok = load_model(p.checkpoint(stage))
         vision = bool(is_vision_model(model))
         examples = load_examples(p.data_dir / "test_qa.json", tok, vision=vision, limit=limit,
                                  image_processor=load_image_processor(p.checkpoint(stage)) if vision else None)
-        cfg = (DecodeConfig(mode="ar", max_new_tokens=32) if stage.endswith("ar_sft") else
+        cfg = (DecodeConfig(mode="ar", max_new_tokens=32) if dec.get("mode") == "ar" else
                DecodeConfig(mode="block", block_size=int(dec.get("block", 32)), threshold=float(dec.get("threshold", 0.9)),
-                            max_new_tokens=32, delayed_cache=bool(dec.get("delayed", False))))
+                            max_steps_per_block=int(dec.get("steps", 32)), max_new_tokens=32,
+                            delayed_cache=parse_flag(str(dec.get("delayed", False)))))
         hits = 0
         with torch.inference_mode():
             for i in range(0, len(examples), 16):

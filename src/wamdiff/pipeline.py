@@ -60,18 +60,28 @@ class Pipeline:
             return self.checkpoints[stage]
         return self.out / "ckpt" / stage / "final"
 
-    def planner_spec(self, spec: str) -> str:
-        """`stage:NAME` -> `model:<checkpoint>,<decode settings>`; other specs pass through."""
-        if not spec.startswith("stage:"):
-            return spec
-        stage = spec.split(":", 1)[1]
-        ckpt = self.checkpoint(stage)
+    def stage_decode(self, spec: str) -> tuple[str, dict]:
+        """`stage:NAME[,key=value...]` -> (NAME, decode settings): `evaluate.decode` with the spec's own
+        options on top (e.g. `stage:block32_more,steps=4` for a capped-steps row of the same checkpoint)."""
+        stage, *opts = spec.split(":", 1)[1].split(",")
         dec = dict(self.cfg.get("evaluate", {}).get("decode", {}))
-        dec.setdefault("fmt", self.cfg["data"].get("fmt", "text2"))
+        for item in opts:
+            key, sep, value = item.partition("=")
+            if not sep:
+                raise ValueError(f"planner spec {spec!r}: option {item!r} is not key=value")
+            dec[key.strip()] = value.strip()
         if stage.endswith("ar_sft"):  # the AR model decodes autoregressively
             dec.update(mode="ar")
             dec.pop("block", None)
-        return "model:" + ",".join([str(ckpt), *(f"{k}={v}" for k, v in dec.items())])
+        return stage, dec
+
+    def planner_spec(self, spec: str) -> str:
+        """`stage:NAME[,key=value...]` -> `model:<checkpoint>,<decode settings>`; other specs pass through."""
+        if not spec.startswith("stage:"):
+            return spec
+        stage, dec = self.stage_decode(spec)
+        dec.setdefault("fmt", self.cfg["data"].get("fmt", "text2"))
+        return "model:" + ",".join([str(self.checkpoint(stage)), *(f"{k}={v}" for k, v in dec.items())])
 
 
 def run_stage(p: Pipeline, name: str, fn: Callable[[], dict]) -> dict:

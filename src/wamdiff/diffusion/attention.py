@@ -48,9 +48,12 @@ def step_attention(fn):
 
 
 def mask_dispatch_attention(module, query, key, value, attention_mask, **kwargs):
-    override = _STEP_ATTENTION.get()
-    if override is not None:
-        return override(module, query, key, value, kwargs.get("scaling"))
+    # Compiled steps never carry an override (the runner refuses compile with paged attention), and reading a
+    # ContextVar would break the compiled graph at every layer: skip the check while tracing.
+    if not torch.compiler.is_compiling():
+        override = _STEP_ATTENTION.get()
+        if override is not None:
+            return override(module, query, key, value, kwargs.get("scaling"))
     if attention_mask is not None and not isinstance(attention_mask, torch.Tensor):  # BlockMask
         if query.device.type == "cpu":
             return _flex_eager(module, query, key, value, attention_mask, **kwargs)

@@ -256,7 +256,7 @@ def parse_spec(spec: str) -> tuple[str, str, dict]:
     return kind, path, opts
 
 
-def _flag(v: str) -> bool:
+def parse_flag(v: str) -> bool:
     w = v.strip().lower()
     if w not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
         raise ValueError(f"not a yes/no value: {v!r}")
@@ -275,7 +275,7 @@ def make_planner(spec: str, evaluator=None):
     if kind == "model":
         s = ModelSettings()
         casts = {"mode": str, "threshold": float, "block": int, "steps": int, "fmt": str, "batch": int,
-                 "max_new_tokens": int, "fallback": str, "strategy": str, "delayed": _flag}
+                 "max_new_tokens": int, "fallback": str, "strategy": str, "delayed": parse_flag}
         for k, v in opts.items():
             if k in casts:
                 try:
