@@ -84,3 +84,19 @@ def test_paired_bench_two_checkpoints_and_wamdiff2_json(tmp_path):
     assert res["format"] == "fixed1" and res["ar_baseline"] == "separate AR checkpoint"
     assert (tmp_path / "out" / "bench.png").exists() and "| fp32 | 2 | 4 |" in res["markdown"]
     assert res["rows"][0]["quality"]["parse_failures"] == 2  # untrained models do not write trajectories
+
+
+def test_best_vs_best_and_the_quality_bounded_headline():
+    from wamdiff.decoding.bench import best_vs_best
+
+    def row(dtype, ar_tok_s, d_tok_s, l2, ar_l2=1.0, cache="exact"):
+        return {"dtype": dtype, "batch": 1, "block_size": 32, "threshold": 0.9, "max_steps": 4, "cache": cache,
+                "ar": {"tok_s": ar_tok_s}, "diffusion": {"tok_s": d_tok_s, "tpf": 7.0},
+                "quality": {"l2_vs_expert": l2}, "ar_quality": {"l2_vs_expert": ar_l2}}
+
+    rows = [row("fp32", 500, 1500, 1.05), row("bf16", 380, 1800, 1.09), row("bf16", 390, 2000, 1.4, cache="delayed")]
+    (b,) = best_vs_best(rows)
+    assert b["ar_tok_s"] == 500 and b["diffusion_tok_s"] == 2000 and b["ratio"] == 4.0  # fastest of each side
+    assert b["at_quality"]["diffusion_tok_s"] == 1800 and b["at_quality"]["ratio"] == 3.6  # 1.09 <= 1.1 x AR's L2
+    (b,) = best_vs_best([row("fp32", 500, 1500, 2.0)])
+    assert b["at_quality"] is None

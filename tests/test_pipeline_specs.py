@@ -31,3 +31,21 @@ def test_stage_options_override_the_decode_settings(tmp_path):
     assert p.planner_spec("cv") == "cv"
     with pytest.raises(ValueError, match="key=value"):
         p.stage_decode("stage:block32_more,steps")
+
+
+def test_stage_reruns_only_when_its_settings_change(tmp_path):
+    from wamdiff.pipeline import run_stage
+
+    p = _pipeline(tmp_path)
+    calls = []
+
+    def fn():
+        calls.append(1)
+        return {"value": len(calls)}
+
+    assert run_stage(p, "eval_open", fn, settings={"a": 1})["value"] == 1
+    assert run_stage(p, "eval_open", fn, settings={"a": 1})["value"] == 1 and len(calls) == 1  # skipped
+    assert run_stage(p, "eval_open", fn, settings={"a": 2})["value"] == 2  # settings changed: runs again
+    legacy = p.stage_file("old")
+    legacy.write_text('{"value": 7}')  # written before fingerprints existed: counts as done
+    assert run_stage(p, "old", fn, settings={"a": 3})["value"] == 7 and len(calls) == 2

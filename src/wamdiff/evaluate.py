@@ -158,14 +158,16 @@ def stage_bench(p) -> dict:
 
 
 def run_evaluation(p, run_stage) -> dict:
-    results = {"open": run_stage(p, "eval_open", lambda: stage_open(p))}
+    ev = {"evaluate": p.cfg["evaluate"], "checkpoints": p.cfg.get("checkpoints")}  # what the results depend on
+    results = {"open": run_stage(p, "eval_open", lambda: stage_open(p), settings=ev)}
     if p.cfg["evaluate"].get("closedloop"):
-        results["closed"] = run_stage(p, "eval_closed", lambda: stage_closed(p))
-    results["qa"] = run_stage(p, "eval_qa", lambda: stage_qa(p))
+        results["closed"] = run_stage(p, "eval_closed", lambda: stage_closed(p), settings=ev)
+    results["qa"] = run_stage(p, "eval_qa", lambda: stage_qa(p), settings=ev)
     if p.cfg["evaluate"].get("top5_overlap"):
-        results["overlap"] = run_stage(p, "overlap", lambda: stage_overlap(p))
+        results["overlap"] = run_stage(p, "overlap", lambda: stage_overlap(p), settings=ev)
     if p.cfg.get("bench"):
-        results["bench"] = run_stage(p, "bench", lambda: stage_bench(p))
+        results["bench"] = run_stage(p, "bench", lambda: stage_bench(p),
+                                     settings={"bench": p.cfg["bench"], "checkpoints": p.cfg.get("checkpoints")})
     results["training"] = {s["name"]: json.loads(p.stage_file(s["name"]).read_text())
                            for s in p.cfg.get("train") or [] if p.stage_file(s["name"]).exists()}
     return results

@@ -8,6 +8,7 @@ resumes from its last checkpoint (the trainer's `--resume`).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
@@ -84,16 +85,23 @@ class Pipeline:
         return "model:" + ",".join([str(self.checkpoint(stage)), *(f"{k}={v}" for k, v in dec.items())])
 
 
-def run_stage(p: Pipeline, name: str, fn: Callable[[], dict]) -> dict:
-    """Run `fn` unless its stage file exists; record wall time and the result."""
+def run_stage(p: Pipeline, name: str, fn: Callable[[], dict], settings=None) -> dict:
+    """Run `fn` unless its stage file exists with the same `settings` (the config the stage depends on); record
+    wall time, the result and the settings' fingerprint. A stage whose settings changed runs again (training
+    stages then resume from their last checkpoint); files written before fingerprints existed count as done."""
     f = p.stage_file(name)
+    key = None if settings is None else hashlib.sha256(
+        json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16]
     if f.exists():
-        console.print(f"[dim]stage {name}: done earlier, skipped[/dim]")
-        return json.loads(f.read_text())
+        done = json.loads(f.read_text())
+        if key is None or done.get("settings_fingerprint") in (None, key):
+            console.print(f"[dim]stage {name}: done earlier, skipped[/dim]")
+            return done
+        console.print(f"stage {name}: its settings changed since it ran; running it again")
     console.rule(f"stage {name}")
     t0 = time.perf_counter()
     result = fn() or {}
-    result = {**result, "stage": name, "stage_wall_s": round(time.perf_counter() - t0, 1)}
+    result = {**result, "stage": name, "stage_wall_s": round(time.perf_counter() - t0, 1), "settings_fingerprint": key}
     f.parent.mkdir(parents=True, exist_ok=True)
     tmp = f.with_suffix(".tmp")
     tmp.write_text(json.dumps(result, indent=2, default=str))
@@ -183,13 +191,13 @@ def run_pipeline(config: str | Path, train_only: bool = False, stages: list[str]
     _threads(p)
     _log(p, f"pipeline start: {config} {provenance()}")
     t0 = time.perf_counter()
-    run_stage(p, "data", lambda: stage_data(p))
+    run_stage(p, "data", lambda: stage_data(p), settings=p.cfg["data"])
     unknown = set(stages or ()) - {s["name"] for s in training_stages(p)}
     if unknown:
         raise ValueError(f"{config}: no training stage named {sorted(unknown)}")
     for spec in training_stages(p):
         if stages is None or spec["name"] in stages:
-            run_stage(p, spec["name"], lambda spec=spec: stage_train(p, spec))
+            run_stage(p, spec["name"], lambda spec=spec: stage_train(p, spec), settings=spec)
     if train_only or stages is not None:
         return {}
     results = run_evaluation(p, run_stage)
@@ -234,7 +242,7 @@ def run_demo(config: str | Path) -> dict:
     if missing:
         raise ValueError("demo checkpoints missing (run `make pipeline` to produce them): " + "; ".join(missing))
     t0 = time.perf_counter()
-    run_stage(p, "data", lambda: stage_data(p, splits=("test",)))
+    run_stage(p, "data", lambda: stage_data(p, splits=("test",)), settings=p.cfg["data"])
     results = run_evaluation(p, run_stage)
     report = write_report(p, results)
     console.print(f"[bold]demo finished in {time.perf_counter() - t0:.0f} s; report: {report}[/bold]")
