@@ -73,6 +73,8 @@ def test_paged_attention_rejects_compile_and_unknown_names():
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU error")
-def test_flashinfer_without_cuda_says_why():
+def test_flashinfer_without_cuda_or_in_fp32_says_why():
     with pytest.raises(ValueError, match="CUDA device and the flashinfer package"):
         FlashInferAttention("cpu")
+    with pytest.raises(ValueError, match="bf16"):
+        FlashInferAttention("cpu", torch.float32)

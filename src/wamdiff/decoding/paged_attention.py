@@ -83,9 +83,12 @@ class TorchPagedAttention:
 
 
 class FlashInferAttention:
-    """FlashInfer's batch paged prefill with a custom mask (CUDA)."""
+    """FlashInfer's batch paged prefill with a custom mask (CUDA; fp16 / bf16 models)."""
 
-    def __init__(self, device):
+    def __init__(self, device, dtype=torch.bfloat16):
+        if dtype not in (torch.float16, torch.bfloat16):
+            raise ValueError(f"attention='flashinfer' runs fp16/bf16 kernels; the model is {dtype} "
+                             "(decode with DecodeConfig(dtype='bf16'))")
         if not flashinfer_available(device):
             raise ValueError(f"attention='flashinfer' needs a CUDA device and the flashinfer package (device {device}, "
                              f"flashinfer importable: {importlib.util.find_spec('flashinfer') is not None})")
@@ -109,10 +112,10 @@ def flashinfer_available(device) -> bool:
     return torch.device(device).type == "cuda" and importlib.util.find_spec("flashinfer") is not None
 
 
-def make_backend(name: str, device):
-    """"flashinfer" (CUDA) or "torch_paged" (the reference contract, any device)."""
+def make_backend(name: str, device, dtype=torch.bfloat16):
+    """"flashinfer" (CUDA, fp16/bf16) or "torch_paged" (the reference contract, any device and dtype)."""
     if name == "flashinfer":
-        return FlashInferAttention(device)
+        return FlashInferAttention(device, dtype)
     if name == "torch_paged":
         return TorchPagedAttention()
     raise ValueError(f"unknown paged attention backend {name!r} (use flashinfer or torch_paged)")

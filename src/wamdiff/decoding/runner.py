@@ -137,7 +137,7 @@ class StepRunner:
             if compile:
                 raise ValueError(f"attention={attention!r} runs eager steps; use compile=False")
             install_attention(model)
-            self._paged = make_backend(attention, dev)
+            self._paged = make_backend(attention, dev, self.dtype)
         elif compile:
             self._step = _compiled_step(model)
             self._step.runner = self
