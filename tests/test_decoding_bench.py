@@ -20,6 +20,7 @@ def test_bench_cli_writes_json_plot_and_table(tmp_path):
     assert res.exit_code == 0, res.output
     data = json.loads((out / "bench.json").read_text())
     assert (out / "bench.png").stat().st_size > 0
+    assert not (out / "bench.partial.jsonl").exists()  # a finished run leaves no journal to resume from
     assert "threads" in data and len(data["rows"]) == 8  # 2 batch sizes x 2 step caps x (exact, delayed) caches
     assert {r["cache"] for r in data["rows"]} == {"exact", "delayed"} and {r["max_steps"] for r in data["rows"]} == {8, 2}
     capped = [r for r in data["rows"] if r["max_steps"] == 2]
@@ -100,3 +101,26 @@ def test_best_vs_best_and_the_quality_bounded_headline():
     assert b["at_quality"]["diffusion_tok_s"] == 1800 and b["at_quality"]["ratio"] == 3.6  # 1.09 <= 1.1 x AR's L2
     (b,) = best_vs_best([row("fp32", 500, 1500, 2.0)])
     assert b["at_quality"] is None
+
+
+def test_interrupted_bench_resumes_from_its_journal(tmp_path):
+    from wamdiff.models import build_model, build_tokenizer, to_diffusion
+
+    tok = build_tokenizer()
+    model = to_diffusion(build_model("tiny", tok, vision=False, seed=0), 4, tokenizer=tok)
+    prompts = synthetic_prompts(tok, 2, vision=False)
+    grid = BenchGrid([1], [4], [0.5, 0.9], ["fp32"], 6, 8, 1, False, False, caches=["exact"])
+    journal = tmp_path / "bench.partial.jsonl"
+    full = run_bench(model, tok, prompts, grid, journal=journal)
+    lines = journal.read_text().splitlines()
+    assert len(lines) == 3  # fingerprint + 2 rows
+    journal.write_text("\n".join(lines[:2]) + '\n{"kind": "row", "da')  # killed while writing the second row
+    computed = []
+    again = run_bench(model, tok, prompts, grid, journal=journal, progress=lambda r: computed.append(r))
+    assert [r for r in computed if isinstance(r, dict)] == [again["rows"][1]]  # only the missing row ran
+    assert again["rows"][0] == full["rows"][0] and "resuming: 1 rows" in computed[0]
+    other = BenchGrid([1], [4], [0.9], ["fp32"], 6, 8, 1, False, False, caches=["exact"])
+    computed.clear()
+    run_bench(model, tok, prompts, other, journal=journal, progress=lambda r: computed.append(r))
+    assert len(computed) == 1 and isinstance(computed[0], dict)  # another grid: nothing reused
+    assert journal.with_suffix(".stale").exists()

@@ -33,6 +33,7 @@ from wamdiff.decoding.runner import StepRunner, collate_prompts
 from wamdiff.models.tokens import PAD
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+JOURNAL = "bench.partial.jsonl"  # rows of an unfinished run, in the output folder
 
 
 @dataclass
@@ -229,12 +230,17 @@ def step_cost(model, tokenizer, prompt, block_sizes, *, n_tokens: int = 64, repe
 
 
 def run_bench(model, tokenizer, prompts, grid: BenchGrid, *, expert=None, fmt=None, progress=None,
-              ar_model=None, ar_tokenizer=None) -> dict:
+              ar_model=None, ar_tokenizer=None, journal: Path | None = None) -> dict:
     """The whole grid. Returns a JSON-able dict with `rows` (one per configuration) and `step_cost`.
 
     `ar_model`: the AR baseline's own checkpoint (same class and tokenizer); default: `model` decoded AR.
+    `journal`: a JSON-lines file each finished row is appended to; a run with the same grid, models and
+    prompts reuses the rows found there (an interrupted benchmark resumes where it stopped).
     The caller's models are never modified (each dtype runs on a cast copy)."""
     rows, costs = [], []
+    log = Journal(journal, _fingerprint(grid, prompts, model, ar_model)) if journal else None
+    if log and log.rows and progress:
+        progress(f"resuming: {len(log.rows)} rows and {len(log.costs)} step costs from {journal}")
     base = copy.deepcopy(model).float()
     ar_base = copy.deepcopy(ar_model).float() if ar_model is not None else None
     ar_tok = ar_tokenizer or tokenizer
@@ -254,22 +260,39 @@ def run_bench(model, tokenizer, prompts, grid: BenchGrid, *, expert=None, fmt=No
 
     for comp in grid.compile:
         for dname in grid.dtypes:
+            keys = {n: [(comp, dname, n, *k) for k in itertools.product(grid.block_sizes, grid.thresholds,
+                                                                       grid.max_steps_per_block, grid.caches)]
+                    for n in grid.batch_sizes}
+            if log and all(k in log.rows for ks in keys.values() for k in ks) and (
+                    not grid.step_cost or (comp, dname) in log.costs):
+                costs += [log.costs[(comp, dname)]] if grid.step_cost else []
+                rows += [log.rows[k] for ks in keys.values() for k in ks]
+                continue
             # fresh copies per (compile, dtype): a compiled step freezes the weights of the model it first saw
             m = copy.deepcopy(base).to(grid.device, DTYPES[dname]).eval()
             ar_m = copy.deepcopy(ar_base).to(grid.device, DTYPES[dname]).eval() if ar_base is not None else m
             if grid.step_cost:
-                costs.append({"dtype": dname, "compile": comp, "threads": torch.get_num_threads(),
-                              **step_cost(m, tokenizer, pool[0], grid.block_sizes, compile=comp, attention=grid.attention,
-                                          n_tokens=grid.step_cost_tokens, repeats=grid.step_cost_repeats)})
+                cost = log.costs.get((comp, dname)) if log else None
+                if cost is None:
+                    cost = {"dtype": dname, "compile": comp, "threads": torch.get_num_threads(),
+                            **step_cost(m, tokenizer, pool[0], grid.block_sizes, compile=comp, attention=grid.attention,
+                                        n_tokens=grid.step_cost_tokens, repeats=grid.step_cost_repeats)}
+                    if log:
+                        log.add("cost", cost)
+                costs.append(cost)
                 if progress:
                     progress(f"step cost {dname}{' compiled' if comp else ''}: "
-                             + ", ".join(f"B{b} {costs[-1][f'B{b}_ratio']:.2f}x" for b in grid.block_sizes))
+                             + ", ".join(f"B{b} {cost[f'B{b}_ratio']:.2f}x" for b in grid.block_sizes))
             for n in grid.batch_sizes:
                 used = len(pool) - len(pool) % n
                 ar_cfg = DecodeConfig(mode="ar", max_new_tokens=grid.max_new_tokens, compile=comp, attention=grid.attention)
-                timed_chunks(ar_m, ar_tok, ar_cfg, n, warmup=True)  # AR warm-up (every prompt width), per (dtype, batch)
-                for b, tau, steps, cache in itertools.product(grid.block_sizes, grid.thresholds,
-                                                              grid.max_steps_per_block, grid.caches):
+                if not log or any(k not in log.rows for k in keys[n]):
+                    timed_chunks(ar_m, ar_tok, ar_cfg, n, warmup=True)  # AR warm-up (every prompt width)
+                for key, (b, tau, steps, cache) in zip(keys[n], itertools.product(
+                        grid.block_sizes, grid.thresholds, grid.max_steps_per_block, grid.caches)):
+                    if log and key in log.rows:
+                        rows.append(log.rows[key])
+                        continue
                     # AR is re-timed next to every diffusion run: the ratio is taken within the pair
                     ar_g, ar_wall = timed_chunks(ar_m, ar_tok, ar_cfg, n, warmup=False)
                     ar = summarize(ar_g, ar_wall)
@@ -284,6 +307,8 @@ def run_bench(model, tokenizer, prompts, grid: BenchGrid, *, expert=None, fmt=No
                            "speedup": d["tok_s"] / ar["tok_s"], "prompts": used, "quality": quality(g, ar_g, exp, fmt),
                            "ar_quality": quality(ar_g, ar_g, exp, fmt)}
                     rows.append(row)
+                    if log:
+                        log.add("row", row)
                     if progress:
                         progress(row)
     device = torch.cuda.get_device_name(grid.device) if grid.device.startswith("cuda") else "cpu"
@@ -294,6 +319,59 @@ def run_bench(model, tokenizer, prompts, grid: BenchGrid, *, expert=None, fmt=No
 
 
 QUALITY_TOLERANCE = 0.10  # "at AR quality": mean waypoint L2 to the expert within 10 % of AR's on the same prompts
+
+
+class Journal:
+    """Finished rows and step costs of one benchmark, appended as JSON lines after a fingerprint line. A file
+    with another fingerprint (other grid, models or prompts) is set aside as `<name>.stale` and started anew."""
+
+    def __init__(self, path: Path, fingerprint: str):
+        self.path, self.rows, self.costs = Path(path), {}, {}
+        lines = self.path.read_text().splitlines() if self.path.exists() else []
+        try:
+            entries = [json.loads(x) for x in lines if x.strip()]
+        except json.JSONDecodeError:  # a line cut by the interruption: keep what parsed before it
+            entries = []
+            for x in lines:
+                try:
+                    entries.append(json.loads(x))
+                except json.JSONDecodeError:
+                    break
+        if entries and entries[0].get("fingerprint") == fingerprint:
+            for e in entries[1:]:
+                if e.get("kind") == "row":
+                    r = e["data"]
+                    self.rows[(r["compile"], r["dtype"], r["batch"], r["block_size"], r["threshold"], r["max_steps"],
+                               r["cache"])] = r
+                elif e.get("kind") == "cost":
+                    self.costs[(e["data"]["compile"], e["data"]["dtype"])] = e["data"]
+            self._rewrite(fingerprint, entries[1:])  # drops a torn last line
+        else:
+            if self.path.exists():
+                self.path.replace(self.path.with_suffix(".stale"))
+            self._rewrite(fingerprint, [])
+
+    def _rewrite(self, fingerprint: str, entries: list) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text("".join(json.dumps(e) + "\n" for e in [{"fingerprint": fingerprint}, *entries]))
+        tmp.replace(self.path)
+
+    def add(self, kind: str, data: dict) -> None:
+        with open(self.path, "a") as fh:
+            fh.write(json.dumps({"kind": kind, "data": data}) + "\n")
+
+
+def _fingerprint(grid: BenchGrid, prompts, model, ar_model) -> str:
+    """Identity of a benchmark: the grid, the prompts' tokens and both models' weights (sums, float64)."""
+    import hashlib
+
+    def weights(m):
+        return None if m is None else [round(float(p.detach().double().sum()), 6) for p in m.parameters()][:64]
+
+    ident = {"grid": asdict(grid), "prompts": [p.input_ids.reshape(-1).tolist() for p in prompts],
+             "model": weights(model), "ar_model": weights(ar_model), "threads": torch.get_num_threads()}
+    return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def best_vs_best(rows: list[dict], tolerance: float = QUALITY_TOLERANCE) -> list[dict]:
@@ -364,9 +442,13 @@ def paired_bench(*, ar_checkpoint, diffusion_checkpoint, data=None, out, setting
         device=str(st.get("device", "cpu")), attention=str(st.get("attention", "sdpa")),
     )
     fmt = st.get("format") or guess_format(expert[0] if expert else None)
-    result = run_bench(model, tok, prompts, grid, expert=expert, fmt=fmt, ar_model=ar_model, ar_tokenizer=ar_tok)
+    journal = Path(out) / JOURNAL
+    result = run_bench(model, tok, prompts, grid, expert=expert, fmt=fmt, ar_model=ar_model, ar_tokenizer=ar_tok,
+                       journal=journal)
     result.update(ar_checkpoint=str(ar_checkpoint), diffusion_checkpoint=str(diffusion_checkpoint), format=fmt)
-    return write_outputs(result, Path(out))
+    written = write_outputs(result, Path(out))
+    journal.unlink(missing_ok=True)  # complete: the next run measures afresh
+    return written
 
 
 def _as_list(v) -> list:

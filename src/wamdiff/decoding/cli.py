@@ -52,6 +52,8 @@ def bench(
     fmt: str = typer.Option(None, "--format", help="Trajectory format for L2 quality (text2, text1, bins, fixed1, fixed2)."),
     device: str = typer.Option("cpu", help="cpu or cuda[:i] (CUDA: the steps run as CUDA graphs unless --attention flashinfer)."),
     attention: str = typer.Option("sdpa", help="Decode-step attention: sdpa, flashinfer (CUDA) or torch_paged (reference)."),
+    resume: bool = typer.Option(True, help="Reuse the rows an interrupted run with the same grid, models and prompts "
+                                           "left in OUT/bench.partial.jsonl."),
     quick: bool = typer.Option(False, help="Shrink the grid: batch 1, B 8,32, tau 0.9, fp32, 64 tokens."),
     out: Path = typer.Option(Path("runs/bench"), help="Output folder (bench.json, bench.png)."),
 ) -> None:
@@ -60,7 +62,7 @@ def bench(
     from rich.console import Console
 
     from wamdiff.decoding.bench import (
-        BenchGrid, guess_format, load_wamdiff2_json, print_table, run_bench, synthetic_prompts, write_outputs,
+        JOURNAL, BenchGrid, guess_format, load_wamdiff2_json, print_table, run_bench, synthetic_prompts, write_outputs,
     )
     from wamdiff.models import build_model, build_tokenizer, is_vision_model, load_model, to_diffusion
 
@@ -103,9 +105,13 @@ def bench(
 
     ar_model, ar_tok = load_model(ar_checkpoint) if ar_checkpoint is not None else (None, None)
     fmt = fmt or guess_format(expert[0] if expert else None)
-    result = run_bench(model, tok, prompts, grid, expert=expert, fmt=fmt, progress=progress, ar_model=ar_model,
+    journal = out / JOURNAL
+    if not resume:
+        journal.unlink(missing_ok=True)
+    result = run_bench(model, tok, prompts, grid, expert=expert, fmt=fmt, progress=progress, ar_model=ar_model, journal=journal,
                        ar_tokenizer=ar_tok)
     result["source"] = str(checkpoint) if checkpoint else f"preset:{preset}"
     write_outputs(result, out)
+    journal.unlink(missing_ok=True)  # complete: the next run measures afresh
     print_table(result, console)
     console.print(f"wrote {out / 'bench.json'} and {out / 'bench.png'}")
