@@ -64,13 +64,10 @@ class Pipeline:
     def stage_decode(self, spec: str) -> tuple[str, dict]:
         """`stage:NAME[,key=value...]` -> (NAME, decode settings): `evaluate.decode` with the spec's own
         options on top (e.g. `stage:block32_more,steps=4` for a capped-steps row of the same checkpoint)."""
-        stage, *opts = spec.split(":", 1)[1].split(",")
-        dec = dict(self.cfg.get("evaluate", {}).get("decode", {}))
-        for item in opts:
-            key, sep, value = item.partition("=")
-            if not sep:
-                raise ValueError(f"planner spec {spec!r}: option {item!r} is not key=value")
-            dec[key.strip()] = value.strip()
+        from wamdiff.eval.planners import parse_options  # noqa: PLC0415
+
+        stage, *items = spec.split(":", 1)[1].split(",")
+        dec = {**self.cfg.get("evaluate", {}).get("decode", {}), **parse_options(spec, items)}
         if stage.endswith("ar_sft"):  # the AR model decodes autoregressively
             dec.update(mode="ar")
             dec.pop("block", None)

@@ -27,7 +27,7 @@ import torch
 
 from wamdiff.decoding.ar import decode_ar
 from wamdiff.decoding.block import decode_block
-from wamdiff.decoding.config import DecodeConfig, Generation
+from wamdiff.decoding.config import ATTENTIONS, DecodeConfig, Generation
 from wamdiff.decoding.engine import PROMPT_BUCKET, generate, model_block_settings, token_id
 from wamdiff.decoding.runner import StepRunner, collate_prompts
 from wamdiff.models.tokens import PAD
@@ -69,8 +69,8 @@ class BenchGrid:
         bad = [d for d in self.dtypes if d not in DTYPES]
         if bad:
             raise ValueError(f"BenchGrid.dtypes: unknown {bad} (use {sorted(DTYPES)})")
-        if self.attention not in ("sdpa", "flashinfer", "torch_paged"):
-            raise ValueError(f"BenchGrid.attention: unknown {self.attention!r} (use sdpa, flashinfer or torch_paged)")
+        if self.attention not in ATTENTIONS:
+            raise ValueError(f"BenchGrid.attention: unknown {self.attention!r} (use one of {ATTENTIONS})")
         if torch.device(self.device).type == "cuda" and not torch.cuda.is_available():
             raise ValueError(f"BenchGrid.device {self.device!r}: no CUDA device is visible on this machine")
 
@@ -288,8 +288,8 @@ def run_bench(model, tokenizer, prompts, grid: BenchGrid, *, expert=None, fmt=No
                 ar_cfg = DecodeConfig(mode="ar", max_new_tokens=grid.max_new_tokens, compile=comp, attention=grid.attention)
                 if not log or any(k not in log.rows for k in keys[n]):
                     timed_chunks(ar_m, ar_tok, ar_cfg, n, warmup=True)  # AR warm-up (every prompt width)
-                for key, (b, tau, steps, cache) in zip(keys[n], itertools.product(
-                        grid.block_sizes, grid.thresholds, grid.max_steps_per_block, grid.caches)):
+                for key in keys[n]:
+                    b, tau, steps, cache = key[3:]
                     if log and key in log.rows:
                         rows.append(log.rows[key])
                         continue
@@ -327,16 +327,12 @@ class Journal:
 
     def __init__(self, path: Path, fingerprint: str):
         self.path, self.rows, self.costs = Path(path), {}, {}
-        lines = self.path.read_text().splitlines() if self.path.exists() else []
-        try:
-            entries = [json.loads(x) for x in lines if x.strip()]
-        except json.JSONDecodeError:  # a line cut by the interruption: keep what parsed before it
-            entries = []
-            for x in lines:
-                try:
-                    entries.append(json.loads(x))
-                except json.JSONDecodeError:
-                    break
+        entries = []
+        for line in self.path.read_text().splitlines() if self.path.exists() else []:
+            try:
+                entries.append(json.loads(line))
+            except json.JSONDecodeError:  # a line cut by the interruption: keep what parsed before it
+                break
         if entries and entries[0].get("fingerprint") == fingerprint:
             for e in entries[1:]:
                 if e.get("kind") == "row":
@@ -367,7 +363,8 @@ def _fingerprint(grid: BenchGrid, prompts, model, ar_model) -> str:
     import hashlib
 
     def weights(m):
-        return None if m is None else [round(float(p.detach().double().sum()), 6) for p in m.parameters()][:64]
+        return None if m is None else [round(float(p.detach().double().sum()), 6)
+                                       for p in itertools.islice(m.parameters(), 64)]
 
     ident = {"grid": asdict(grid), "prompts": [p.input_ids.reshape(-1).tolist() for p in prompts],
              "model": weights(model), "ar_model": weights(ar_model), "threads": torch.get_num_threads()}

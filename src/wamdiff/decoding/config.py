@@ -8,6 +8,9 @@ from typing import Any, Literal
 import torch
 
 
+ATTENTIONS = ("sdpa", "flashinfer", "torch_paged")  # DecodeConfig.attention
+
+
 @dataclass
 class DecodeConfig:
     """How `generate` decodes.
@@ -53,8 +56,8 @@ class DecodeConfig:
     attention: Literal["sdpa", "flashinfer", "torch_paged"] = "sdpa"
 
     def __post_init__(self) -> None:
-        if self.attention not in ("sdpa", "flashinfer", "torch_paged"):
-            raise ValueError(f"DecodeConfig.attention must be sdpa, flashinfer or torch_paged, got {self.attention!r}")
+        if self.attention not in ATTENTIONS:
+            raise ValueError(f"DecodeConfig.attention must be one of {ATTENTIONS}, got {self.attention!r}")
         if self.mode not in ("ar", "block"):
             raise ValueError(f"DecodeConfig.mode must be 'ar' or 'block', got {self.mode!r}")
         if self.strategy not in ("threshold", "fixed"):

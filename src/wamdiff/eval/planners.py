@@ -238,19 +238,25 @@ def with_fallback(scenes: list, plans: list[Plan], fallback: str = "cv") -> list
     return out
 
 
+def parse_options(spec: str, items: list[str]) -> dict:
+    """`key=value` items of a spec (after its path or stage name) as a dict of strings."""
+    opts = {}
+    for item in items:
+        k, sep, v = item.partition("=")
+        if not sep:
+            raise ValueError(f"planner spec {spec!r}: option {item!r} is not key=value")
+        opts[k.strip()] = v.strip()
+    return opts
+
+
 def parse_spec(spec: str) -> tuple[str, str, dict]:
     kind, _, rest = spec.partition(":")
     if kind != "model":
         if rest:
             raise ValueError(f"planner spec {spec!r}: only 'model:' takes arguments")
         return kind, "", {}
-    parts = rest.split(",")
-    path, opts = parts[0], {}
-    for item in parts[1:]:
-        k, sep, v = item.partition("=")
-        if not sep:
-            raise ValueError(f"planner spec {spec!r}: option {item!r} is not key=value")
-        opts[k.strip()] = v.strip()
+    path, *items = rest.split(",")
+    opts = parse_options(spec, items)
     if not path:
         raise ValueError(f"planner spec {spec!r}: missing checkpoint path")
     return kind, path, opts
