@@ -10,6 +10,10 @@ so numbers are comparable):
 - yaw rate: first derivative of the unwrapped heading with poly 2, window 5; yaw acceleration: second
   derivative, poly 3, window 5 (NAVSIM passes a window argument that never reaches the filter, so 5 it is).
 Bounds are strict inequalities; values are rounded to 8 decimals first.
+
+NAVSIM v2 changed the filters (its history comfort HC uses them, `comfort_checks_v2`): accelerations are taken
+at the box centre (`state_array_to_center_state_array`, whose shift adds d*w^2 + d*alpha to a_x and nothing to
+a_y, as NAVSIM writes it) and smoothed with window 8 instead of all states; jerk differentiates with window 15.
 """
 
 from __future__ import annotations
@@ -19,7 +23,9 @@ import functools
 import numpy as np
 from scipy.signal import savgol_filter
 
-from .vehicle import AX, AY, HEADING
+from .vehicle import AX, AY, HEADING, PACIFICA, YAW_ACC, YAW_RATE
+
+PACIFICA_REAR_AXLE_TO_CENTER = PACIFICA.rear_axle_to_center
 
 BOUNDS = {  # name: (min, max), strict
     "lon_acc": (-4.05, 2.40),
@@ -61,10 +67,41 @@ def comfort_signals(states: np.ndarray, dt: float = 0.1) -> dict[str, np.ndarray
     return out
 
 
-def comfort_checks(states: np.ndarray, dt: float = 0.1) -> dict[str, np.ndarray]:
-    """Per-metric (N,) booleans: True = every state within the bound."""
-    sig = comfort_signals(states, dt)
+def comfort_signals_v2(states: np.ndarray, dt: float = 0.1, rear_axle_to_center: float = PACIFICA_REAR_AXLE_TO_CENTER
+                       ) -> dict[str, np.ndarray]:
+    """NAVSIM v2's signals (`pdm_comfort_metrics.py` on main): centre-point accelerations, window 8, jerk window 15.
+
+    NAVSIM's history comfort calls it with the default vehicle (the Pacifica), hence the default offset.
+    """
+    ax, ay = states[..., AX], states[..., AY]
+    d = rear_axle_to_center
+    ax_centre = ax + d * states[..., YAW_RATE] ** 2 + d * states[..., YAW_ACC]  # NAVSIM's `get_acceleration_shifted`
+    r = lambda v: np.round(v, 8)  # noqa: E731
+    acc_mag = r(_smooth(np.hypot(ax, ay), 8))  # magnitude at the rear axle, as NAVSIM computes it
+    acc_lon = r(_smooth(ax_centre, 8))
+    heading = np.unwrap(states[..., HEADING], axis=-1)
+    return {
+        "lon_acc": acc_lon,
+        "lat_acc": r(_smooth(ay, 8)),
+        "jerk": r(_smooth(acc_mag, 15, deriv=1, delta=dt)),
+        "lon_jerk": r(_smooth(acc_lon, 15, deriv=1, delta=dt)),
+        "yaw_rate": r(_smooth(heading, 5, poly=2, deriv=1, delta=dt)),
+        "yaw_acc": r(_smooth(heading, 5, poly=3, deriv=2, delta=dt)),
+    }
+
+
+def _within(sig: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {k: ((sig[k] > lo) & (sig[k] < hi)).all(-1) for k, (lo, hi) in BOUNDS.items()}
+
+
+def comfort_checks(states: np.ndarray, dt: float = 0.1) -> dict[str, np.ndarray]:
+    """Per-metric (N,) booleans, NAVSIM v1.1 rules: True = every state within the bound."""
+    return _within(comfort_signals(states, dt))
+
+
+def comfort_checks_v2(states: np.ndarray, dt: float = 0.1) -> dict[str, np.ndarray]:
+    """Per-metric (N,) booleans, NAVSIM v2 rules (history comfort)."""
+    return _within(comfort_signals_v2(states, dt))
 
 
 def is_comfortable(states: np.ndarray, dt: float = 0.1, checks: dict | None = None) -> np.ndarray:

@@ -15,11 +15,11 @@ import numpy as np
 
 from .reference import IDMParams, ReferencePlan, plan_reference
 from .scene_data import AgentTracks, SceneMapIndex
-from .scorer import ScoreConfig, combine, score_states
-from .tracker import NUM_STATES, headings_from_xy, initial_state_from_history, interpolate_plan, simulate
+from .scorer import ScoreConfig, combine, combine_epdms, score_states
+from .tracker import NUM_STATES, headings_from_xy, initial_state, interpolate_plan, simulate
 from .vehicle import AX, AY, HEADING, STATE_SIZE, VX, VY, X, Y, VehicleParams, scene_vehicle
 
-PDMS_VERSION = "wamdiff-pdms-navsim-v1.1/0.1"
+PDMS_VERSION = "wamdiff-pdms-navsim-v1.1/0.2"  # 0.2: NAVSIM-exact simulation (initial steering 0, fit regulariser)
 METRICS = ("nc", "dac", "ttc", "ep", "c", "pdms")
 EPDMS_METRICS = ("ddc", "tlc", "lk", "hc", "ec", "epdms")
 COMFORT_PARTS = ("c_lon_acc", "c_lat_acc", "c_jerk", "c_lon_jerk", "c_yaw_acc", "c_yaw_rate")
@@ -48,10 +48,15 @@ class SceneContext:
 
 
 def _history_states(scene) -> np.ndarray:
-    """Ego history (4 rows at 2 Hz) interpolated to 0.1 s over -1.5 .. -0.1 s, as states (15, 11)."""
+    """The past states NAVSIM v2's history comfort prepends: (14, 11) at -1.5 .. -0.2 s.
+
+    NAVSIM interpolates the 2 Hz past ego states (-1.5 .. 0 s) at `arange(start, end, 0.1 s)[:-1]`, which stops
+    at -0.2 s, and then lays history + simulation on one contiguous 0.1 s grid; steering and yaw rate are 0 in
+    those past states (they are built from ego statuses, as the t0 state is). We reproduce both.
+    """
     h = np.asarray(scene.ego_history, float)
     t_src = np.arange(len(h)) * 0.5 - 0.5 * (len(h) - 1)
-    t = np.arange(-15, 0) * 0.1
+    t = np.arange(-15, -1) * 0.1
     out = np.zeros((len(t), STATE_SIZE))
     for col, src in ((X, 0), (Y, 1), (VX, 3), (VY, 4), (AX, 5), (AY, 6)):
         out[:, col] = np.interp(t, t_src, h[:, src])
@@ -77,7 +82,7 @@ class PDMSEvaluator:
                 geo=SceneMapIndex.from_scene(scene, self.config.drivable_tolerance),
                 agents=AgentTracks.from_scene(scene),
                 vehicle=vehicle,
-                initial=initial_state_from_history(np.asarray(scene.ego_history, float), vehicle),
+                initial=initial_state(scene.ego_history),
                 history=_history_states(scene) if self.config.epdms else None,
             )
         return self._ctx[key]
@@ -155,17 +160,14 @@ class PDMSEvaluator:
             row = rows[i]
             try:
                 st = states[start: start + n]
-                m = score_states(st, ctx.agents, ctx.geo, ctx.vehicle, cfg, ctx.history)
-                pair = {k: v[:2] for k, v in m.items()}
-                res = combine(pair)  # PDMS v1.1: no human filter
+                m = score_states(st[:2], ctx.agents, ctx.geo, ctx.vehicle, cfg, ctx.history)  # [reference, plan]
+                res = combine(m)  # PDMS v1.1: no human filter
                 for k in ("nc", "dac", "ttc", "ep", "c", "pdms", "progress_m", *COMFORT_PARTS):
                     row[k] = float(res[k][1])
                 if self.config.epdms:
-                    ext = {k: v.copy() for k, v in pair.items()}
-                    if n == 3:  # human filter (NAVSIM v2): a term the expert fails too is not held against the plan
-                        for k in ("nc", "dac", "ddc", "tlc", "ttc", "lk", "hc", "ec"):
-                            ext[k][1] = np.where(m[k][2] == 0.0, 1.0, ext[k][1])
-                    e = combine(ext, epdms=True)
+                    # v2 scores the logged human alone, without its past (HC 1), and filters after scoring
+                    human = score_states(st[2:3], ctx.agents, ctx.geo, ctx.vehicle, cfg) if n == 3 else None
+                    e = combine_epdms(m, human)
                     for k in ("ddc", "tlc", "lk", "hc", "ec", "epdms"):
                         row[k] = float(e[k][1])
                     row["epdms_ep"] = float(e["ep"][1])

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .comfort import comfort_checks, is_comfortable
+from .comfort import comfort_checks, comfort_checks_v2, is_comfortable
 from .geometry import convex_intersect, relative_angle
 from .scene_data import AgentTracks, SceneMapIndex
 from .vehicle import HEADING, VX, VY, X, Y, VehicleParams, states_to_centers, states_to_corners
@@ -21,7 +21,14 @@ EGO_STOPPED_SPEED = 5e-2  # collision typing (nuPlan)
 TTC_STOPPED_SPEED = 5e-3  # TTC is skipped below this ego speed
 TTC_STEPS = (0, 3, 6, 9)  # 0, 0.3, 0.6, 0.9 s ahead at 10 Hz
 AHEAD_DEG, BEHIND_DEG = 30.0, 150.0
-PROGRESS_THRESHOLD = 5.0
+PROGRESS_THRESHOLD = 5.0  # [m] below this best progress every plan gets full EP
+
+# Weighted terms of the scores (NAVSIM `PDMScorerConfig`); the multiplicative terms gate them.
+PDMS_WEIGHTS = {"ttc": 5.0, "ep": 5.0, "c": 2.0}  # v1.1: PDMS = NC * DAC * weighted mean
+EPDMS_WEIGHTS = {"ep": 5.0, "ttc": 5.0, "lk": 2.0, "hc": 2.0, "ec": 2.0}  # v2: EPDMS = NC * DAC * DDC * TLC * ...
+EPDMS_MULTIPLIERS = ("nc", "dac", "ddc", "tlc")
+# v2's human filter: a term the logged human also fails (scores 0) is set to 1 for the plan
+HUMAN_FILTERED = ("nc", "dac", "ddc", "tlc", "ep", "ttc", "lk", "hc")
 
 
 @dataclass(frozen=True)
@@ -185,29 +192,57 @@ def score_states(states: np.ndarray, agents: AgentTracks, geo: SceneMapIndex, ve
     if cfg.epdms:
         out["ddc"] = driving_direction(centers, geo, cfg, same_direction_lanes(geo))
         out["lk"] = lane_keeping(centers, geo, cfg) if geo.centerline is not None else np.ones(len(states))
-        if history_states is not None:
+        if history_states is not None:  # v2 comfort over [history | simulated states] on one 0.1 s grid
             padded = np.concatenate([np.broadcast_to(history_states, (len(states),) + history_states.shape), states], 1)
-            out["hc"] = is_comfortable(padded, cfg.dt).astype(float)
-        else:
-            out["hc"] = out["c"].copy()
+            out["hc"] = is_comfortable(padded, cfg.dt, comfort_checks_v2(padded, cfg.dt)).astype(float)
+        else:  # NAVSIM: no past trajectory -> HC = 1
+            out["hc"] = np.ones(len(states))
         out["ec"] = np.ones(len(states))
         out["tlc"] = np.ones(len(states))
     return out
 
 
-def combine(metrics: dict[str, np.ndarray], epdms: bool = False) -> dict[str, np.ndarray]:
-    """NAVSIM aggregation over one scene's proposal set: EP normalised by the best multiplier-weighted progress."""
+def _weighted(metrics: dict[str, np.ndarray], weights: dict[str, float]) -> np.ndarray:
+    return sum(w * metrics[k] for k, w in weights.items()) / sum(weights.values())
+
+
+def combine(metrics: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """NAVSIM v1.1 PDMS over one scene's proposal set.
+
+    EP = progress x NC x DAC normalised by its best value over the set (so a colliding reference does not set the
+    bar); below 5 m of best progress EP = 1, except 0 where NC x DAC = 0.
+    """
     mult = metrics["nc"] * metrics["dac"]
-    if epdms:
-        mult = mult * metrics["ddc"] * metrics["tlc"]
     raw = metrics["progress_m"] * mult
     best = raw.max()
-    if best > PROGRESS_THRESHOLD:
-        ep = raw / best
-    else:
-        ep = np.where(mult == 0.0, 0.0, 1.0)
+    ep = raw / best if best > PROGRESS_THRESHOLD else np.where(mult == 0.0, 0.0, 1.0)
     out = dict(metrics, ep=ep)
-    out["pdms"] = metrics["nc"] * metrics["dac"] * (5 * metrics["ttc"] + 5 * ep + 2 * metrics["c"]) / 12.0
-    if epdms:
-        out["epdms"] = mult * (5 * metrics["ttc"] + 5 * ep + 2 * metrics["lk"] + 2 * metrics["hc"] + 2 * metrics["ec"]) / 16.0
+    out["pdms"] = mult * _weighted(out, PDMS_WEIGHTS)
+    return out
+
+
+def epdms_progress(metrics: dict[str, np.ndarray]) -> np.ndarray:
+    """NAVSIM v2 EP: raw progress over the best multiplier-weighted progress, clipped to [0, 1]; never zeroed by the
+    multipliers (a plan that touched a cone, NC 0.5, with the reference's progress keeps EP 1)."""
+    mult = np.prod([metrics[k] for k in EPDMS_MULTIPLIERS], axis=0)
+    best = (metrics["progress_m"] * mult).max()
+    if best > PROGRESS_THRESHOLD:
+        return np.clip(metrics["progress_m"] / best, 0.0, 1.0)
+    return np.ones(len(mult))
+
+
+def combine_epdms(metrics: dict[str, np.ndarray], human: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+    """NAVSIM v2 EPDMS over one scene's proposal set; `human` = the logged human's terms, scored alone.
+
+    As `navsim/evaluate/pdm_score.py` does it: the set is scored first (EP normalised with the unfiltered
+    multipliers), then every term the human also fails is set to 1 (the human filter), then the score is
+    recomputed from the filtered terms. EC (two-frame extended comfort) needs the previous frame's plan and is 1.
+    """
+    out = dict(metrics, ep=epdms_progress(metrics))
+    if human is not None:
+        human = dict(human, ep=epdms_progress(human))
+        for k in HUMAN_FILTERED:
+            out[k] = np.where(human[k] == 0.0, 1.0, out[k])
+    mult = np.prod([out[k] for k in EPDMS_MULTIPLIERS], axis=0)
+    out["epdms"] = mult * _weighted(out, EPDMS_WEIGHTS)
     return out

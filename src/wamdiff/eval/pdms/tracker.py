@@ -4,12 +4,14 @@ Everything runs on arrays with a leading batch axis (all plans of all scenes at 
 batch costs 40 small numpy steps regardless of how many plans are in it.
 
 Definitions follow `navsim/planning/simulation/planner/pdm_planner/simulation/` (v1.1):
-- poses are fitted by regularised least squares to an initial velocity + acceleration profile (jerk penalty
-  1e-4) and an initial curvature + curvature-rate profile (penalty 1e-2, 1e-10 on the initial curvature);
+- poses are fitted by regularised least squares to an initial velocity + acceleration profile ("jerk" penalty
+  1e-4 on the matrix NAVSIM builds, which penalises acceleration magnitude: `navsim_banded_difference`) and an
+  initial curvature + curvature-rate profile (penalty 1e-2, 1e-10 on the initial curvature);
 - each step the tracker reads the reference at index min(k + 10, 40): longitudinal one-step LQR
   (q 10, r 1) on the velocity 10 steps ahead, lateral one-step LQR (q diag(1, 10, 0), r 1) on
   [lateral error, heading error, steering angle] over a 10-step linear time-varying model;
   a P controller (gain 0.5) takes over when reference and current speed are both <= 0.2 m/s;
+- the simulation starts from `initial_state`: logged velocity and acceleration, steering and yaw rate 0;
 - the bicycle is forward Euler around the rear axle with first-order command lags (accel 0.2 s, steering
   0.05 s), steering clipped to pi/3, v_y = 0.
 """
@@ -93,6 +95,20 @@ def _integrate(initial: np.ndarray, derivatives: np.ndarray, dt: float) -> np.nd
     return initial[:, None] + np.concatenate([np.zeros((len(initial), 1)), np.cumsum(derivatives * dt, axis=1)], axis=1)
 
 
+def navsim_banded_difference(rows: int) -> np.ndarray:
+    """(rows, rows + 1) regulariser exactly as NAVSIM v1.1 builds it (`_make_banded_difference_matrix`).
+
+    NAVSIM meant the first-difference matrix [-1, 1] per row (a jerk penalty on the acceleration profile) but
+    writes `-eye` over the `+eye` it wrote first, which leaves -1 on the diagonal and +1 only in the last row's
+    last column: it penalises acceleration magnitude, not jerk. We reproduce the quirk on purpose, because users
+    compare our PDMS with NAVSIM's (velocity profiles differ by up to 0.4 m/s and comfort flips near its bounds).
+    """
+    out = np.zeros((rows, rows + 1))
+    out[:, 1:] = np.eye(rows)
+    out[:, :-1] = -np.eye(rows)
+    return out
+
+
 def fit_velocity_curvature(poses: np.ndarray, dt: float, p: TrackerParams) -> tuple[np.ndarray, np.ndarray]:
     """(N, T, 3) poses -> velocity (N, T-1) and curvature (N, T-1) profiles by regularised least squares."""
     d = np.diff(poses, axis=1)
@@ -105,11 +121,9 @@ def fit_velocity_curvature(poses: np.ndarray, dt: float, p: TrackerParams) -> tu
     coeff[:, 0] = dt
     coeff = np.repeat(coeff, 2, axis=0)  # (2m, m)
     A = direction[:, :, None] * coeff[None]
-    R = np.zeros((m - 2, m))
-    R[np.arange(m - 2), np.arange(1, m - 1)] = -1.0
-    R[np.arange(m - 2), np.arange(2, m)] = 1.0
+    R = np.concatenate([np.zeros((m - 2, 1)), navsim_banded_difference(m - 2)], axis=1)
     At = A.transpose(0, 2, 1)
-    x = np.linalg.solve(At @ A + p.jerk_penalty * (R.T @ R)[None], At @ dxy.reshape(n, 2 * m)[..., None])[..., 0]
+    x = (np.linalg.pinv(At @ A + p.jerk_penalty * (R.T @ R)[None]) @ At @ dxy.reshape(n, 2 * m)[..., None])[..., 0]
     velocity = _integrate(x[:, 0], x[:, 1:], dt)  # (n, m)
     # 2) heading_disp_i = v_i dt kappa0 + v_i dt^2 sum_{j<i} kappa_rate_j; unknowns [kappa0, rates 0..m-2]
     B = np.repeat(np.tri(m)[None], n, axis=0)
@@ -219,19 +233,15 @@ def simulate(poses: np.ndarray, initial_states: np.ndarray, vehicle: VehiclePara
     return out
 
 
-def initial_state_from_history(ego_history: np.ndarray, vehicle: VehicleParams, history_dt: float = 0.5) -> np.ndarray:
-    """NAVSIM-style initial ego state (11,) at the ego-frame origin from the scene's (4, 7) history.
+def initial_state(ego_history: np.ndarray) -> np.ndarray:
+    """NAVSIM's initial ego state (11,) at the ego-frame origin from the scene's (4, 7) history.
 
-    The scene stores no steering angle or yaw rate; both are estimated from the last heading change
-    (yaw rate = -heading(t=-0.5 s) / 0.5 s, steering = atan(wheel_base * yaw_rate / v) when moving).
+    NAVSIM builds the t0 `EgoState` from the ego status alone (`NavSimScenario.get_ego_state_at_iteration`:
+    `EgoState.build_from_rear_axle(..., tire_steering_angle=0.0)` with the default angular velocity and
+    acceleration 0), so the simulation starts with the logged velocity and acceleration but steering angle,
+    steering rate, yaw rate and yaw acceleration all 0, even on a curve. We do the same, so a curved plan
+    simulates (and fails yaw-acceleration comfort) exactly as it would in NAVSIM.
     """
     s = np.zeros(STATE_SIZE)
-    last = ego_history[-1]
-    s[VX], s[VY], s[AX], s[AY] = last[3], last[4], last[5], last[6]
-    if len(ego_history) >= 2:
-        yaw_rate = float(wrap_angle(last[2] - ego_history[-2, 2])) / history_dt
-        v = float(np.hypot(last[3], last[4]))
-        if v > 1.0:
-            s[YAW_RATE] = yaw_rate
-            s[STEER] = float(np.clip(np.arctan(vehicle.wheel_base * yaw_rate / v), -np.pi / 3, np.pi / 3))
+    s[VX], s[VY], s[AX], s[AY] = np.asarray(ego_history, float)[-1, 3:7]
     return s
