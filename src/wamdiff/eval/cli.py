@@ -204,6 +204,7 @@ def closedloop(
     from .closedloop import aggregate_routes, route_set, run_routes
     from .planners import make_planner
     from .report import plot_family_bars, plot_strip, safe_name, write_csv, write_json
+    from .route_diagnostics import failure_summary, plot_failure_timelines, plot_route_paths
 
     fams = [f.strip() for f in families.split(",")] if families else None
     try:
@@ -223,6 +224,9 @@ def closedloop(
             rows = [r.row() for r in results]
             write_csv(rows, outdir / f"closedloop_{safe_name(spec)}.csv")
             write_json(agg, outdir / f"closedloop_{safe_name(spec)}.json")
+            write_json(failure_summary(results), outdir / f"failures_{safe_name(spec)}.json")
+            plot_failure_timelines(results, outdir / f"timelines_{safe_name(spec)}.png")
+            plot_route_paths(results, outdir / f"paths_{safe_name(spec)}.png")
             for r in results:
                 if r.frames:
                     plot_strip([f for _, f in r.frames], [c for c, _ in r.frames],

@@ -43,6 +43,7 @@ DEV_COUNTS = {"highway": 3, "merge": 2, "roundabout": 3, "intersection": 2}  # 1
 FULL_PER_FAMILY = 25
 SEED_BASE = 7_000_000  # far from data-generation seeds
 REPLAN_EVERY = 5  # ticks (0.5 s at 10 Hz)
+TRACE_FIELDS = ("t", "x", "y", "heading", "speed", "progress_m", "lateral_m", "in_junction", "command")
 DT = 0.1
 
 
@@ -86,6 +87,10 @@ class RouteResult:
     n_fallback: int = 0
     error: str = ""
     frames: list = field(default_factory=list)  # (caption, image) pairs
+    collision_kind: str = ""  # front | rear | lateral | stopped_ego (NAVSIM's collision types), when one ended the route
+    collision_at_fault: bool | None = None  # NAVSIM's rule: front, or lateral while the ego straddles lanes
+    trace: list = field(default_factory=list)  # per tick: TRACE_FIELDS (failure timelines, BEV of the driven path)
+    route_xy: np.ndarray | None = None  # world-frame route centreline, for those plots
 
     @property
     def penalty(self) -> float:
@@ -109,7 +114,8 @@ class RouteResult:
                 "penalty": self.penalty, "outside_pct": self.outside_pct, "efficiency": self.efficiency,
                 "comfort": self.comfort, "duration_s": self.duration_s, "wall_s": self.wall_s,
                 "route_length_m": self.route_length_m, "n_plans": self.n_plans, "n_parse_fail": self.n_parse_fail,
-                "n_fallback": self.n_fallback, "infractions": ";".join(f"{k}={v}" for k, v in sorted(self.infractions.items()) if v),
+                "n_fallback": self.n_fallback, "collision_kind": self.collision_kind,
+                "collision_at_fault": self.collision_at_fault, "infractions": ";".join(f"{k}={v}" for k, v in sorted(self.infractions.items()) if v),
                 "error": self.error, "version": CLOSEDLOOP_VERSION}
 
 
@@ -241,12 +247,15 @@ def _drive(route: Route, res: RouteResult, expert_mode: bool, record_frames: boo
     hist = world.ego_history()
     state[YAW_RATE] = float(geo.wrap_angle(hist[-1, 2] - hist[-2, 2])) / 0.5
     states, eff, outside_m, driven_m = [state.copy()], [], 0.0, 0.0
+    res.route_xy = np.asarray(world.route_centerline_world, float)
+    command = ""
     tracker, k_plan = None, 0
     best_progress, last_gain_t = 0.0, 0.0
     tick = 0
     while True:
         if tick % REPLAN_EVERY == 0 and not expert_mode:
             scene = observe(world)
+            command = scene.command
             raw = yield scene
             plan = with_fallback([scene], [raw])[0]
             res.n_plans += 1
@@ -289,15 +298,22 @@ def _drive(route: Route, res: RouteResult, expert_mode: bool, record_frames: boo
         if moving.any():
             eff.append(state[VX] / speeds[moving].mean())
         hit = _collision(state, vehicle, boxes)
+        progress = route_progress(world) - p0
+        s_route, lateral, _ = geo.project_on_polyline(world.route_centerline_world, centre)
+        k_route = min(int(np.searchsorted(world.route_arclength, s_route)), len(world.route_junction) - 1)
+        res.trace.append((world.time, state[X], state[Y], state[HEADING], state[VX], progress, lateral,
+                          bool(world.route_junction[k_route]), command))
         if hit is not None or ego.crashed:
             kind = "collision_vehicle" if hit is None or is_vehicle[hit] else "collision_static"
             res.infractions[kind] = res.infractions.get(kind, 0) + 1
             res.status = "Failed - collision"
+            if hit is not None:
+                res.collision_kind, res.collision_at_fault = _collision_type(state, vehicle, boxes[hit], bool(is_vehicle[hit]),
+                                                                             speeds[hit], ego)
             break
-        if abs(geo.project_on_polyline(world.route_centerline_world, centre)[1]) > max_deviation_m:
+        if abs(lateral) > max_deviation_m:
             res.status = "Failed - route deviation"
             break
-        progress = route_progress(world) - p0
         if progress > best_progress + 0.5:
             best_progress, last_gain_t = progress, world.time
         if route_completed(world):
@@ -338,6 +354,29 @@ def _safe_plan_batch(planner, scenes: list) -> list[Plan]:
 
 def _safe_plan(planner, scene) -> Plan:
     return _safe_plan_batch(planner, [scene])[0]
+
+
+def _collision_type(state: np.ndarray, vehicle: VehicleParams, box: np.ndarray, is_vehicle: bool, other_speed: float,
+                    ego) -> tuple[str, bool]:
+    """NAVSIM's collision typing for the closed loop: stopped ego, stopped track, rear (the other's centre > 150 deg
+    behind the ego's heading), front (the ego's front edge touches it), else lateral; at fault for front, a
+    stopped track, or lateral while the ego straddles lanes (a box corner past its lane's border)."""
+    from .pdms.geometry import relative_angle
+
+    if state[VX] <= 0.05:
+        return "stopped_ego", False
+    if not is_vehicle or other_speed <= 0.05:
+        return "stopped_track", True
+    if relative_angle(state[[X, Y]], state[HEADING], box[:2]) > np.deg2rad(150.0):
+        return "rear", False
+    corners = box_corners(state[X], state[Y], state[HEADING], vehicle.half_length, vehicle.half_width, vehicle.rear_axle_to_center)
+    other = box_corners(box[0], box[1], box[2], box[3] / 2, box[4] / 2)
+    if convex_intersect(corners[None, [0, 3]], other[None]).any():
+        return "front", True
+    lane = ego.lane
+    _, r = lane.local_coordinates(ego.position)
+    straddles = abs(r) + vehicle.half_width > lane.width_at(0.0) / 2
+    return "lateral", bool(straddles)
 
 
 def _collision(state: np.ndarray, vehicle: VehicleParams, boxes: np.ndarray) -> int | None:
@@ -406,6 +445,11 @@ def run_routes(planner, routes: list[Route], record_frames: int = 0, progress=No
     return out
 
 
+def _success_excluding_not_at_fault(rs: list[RouteResult]) -> float | None:
+    kept = [r for r in rs if not (r.status == "Failed - collision" and r.collision_at_fault is False)]
+    return float(np.mean([r.success for r in kept])) if kept else None
+
+
 def aggregate_routes(results: list[RouteResult]) -> dict:
     def summary(rs):
         n = len(rs)
@@ -426,6 +470,10 @@ def aggregate_routes(results: list[RouteResult]) -> dict:
             "efficiency": float(np.mean(eff)) if eff else None,
             "comfort": float(np.mean(com)) if com else None,
             "n_crashed": sum(r.status == "Failed - collision" for r in rs),
+            # Bench2Drive counts every collision; these are the ones NAVSIM's typing holds the other party for
+            "n_crashed_not_at_fault": sum(r.status == "Failed - collision" and r.collision_at_fault is False for r in rs),
+            # success over the routes that did not end in someone else's collision with the ego
+            "success_rate_excl_not_at_fault": _success_excluding_not_at_fault(rs),
             "n_timeout": sum(r.status in ("Failed - timeout", "Failed - agent blocked") for r in rs),
             "n_deviation": sum(r.status == "Failed - route deviation" for r in rs),
             "n_error": sum(r.status == "Failed - error" for r in rs),
