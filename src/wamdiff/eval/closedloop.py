@@ -115,7 +115,8 @@ class RouteResult:
                 "comfort": self.comfort, "duration_s": self.duration_s, "wall_s": self.wall_s,
                 "route_length_m": self.route_length_m, "n_plans": self.n_plans, "n_parse_fail": self.n_parse_fail,
                 "n_fallback": self.n_fallback, "collision_kind": self.collision_kind,
-                "collision_at_fault": self.collision_at_fault, "infractions": ";".join(f"{k}={v}" for k, v in sorted(self.infractions.items()) if v),
+                "collision_at_fault": self.collision_at_fault,
+                "infractions": ";".join(f"{k}={v}" for k, v in sorted(self.infractions.items()) if v),
                 "error": self.error, "version": CLOSEDLOOP_VERSION}
 
 
