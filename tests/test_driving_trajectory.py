@@ -9,7 +9,7 @@ from wamdiff.driving.trajectory import (
     BIN_RANGE_X, BIN_RANGE_Y, BINS, FORMATS, format_trajectory, headings_from_xy, parse_trajectory, quantization_error,
 )
 
-RESOLUTION = {"text2": 0.005, "fixed2": 0.005, "text1": 0.05, "fixed1": 0.05}
+RESOLUTION = {"text2": 0.005, "fixed2": 0.005, "text1": 0.05, "fixed1": 0.05, "delta": 0.05}
 
 
 def _random_trajectories(n, seed=0):
@@ -60,6 +60,10 @@ def test_fixed_width_positions_never_shift(fmt, width):
     (",".join(["+1.0"] * 16), "fixed1", "fixed width"),
     ("<|bin_3|>" * 15, "bins", "expected 16"),
     ("<|bin_300|>" * 16, "bins", "out of range"),
+    ("<|dx_3|><|dy_4|>" * 7, "delta", "expected 16"),
+    ("<|dy_4|><|dx_3|>" * 8, "delta", "out of order"),
+    ("<|dx_3|><|dy_400|>" * 8, "delta", "out of range"),
+    ("<|dx_3|>,<|dy_4|>" * 8, "delta", "unexpected text"),
     (",".join(["1.0"] * 15) + ",", "text1", "malformed"),
 ])
 def test_parse_rejects_with_reason(text, fmt, why):
@@ -105,3 +109,20 @@ def test_quantisation_floors_match_design():
     assert err["text2"] == pytest.approx(0.0038, abs=0.001)
     assert err["text1"] == pytest.approx(0.038, abs=0.006)
     assert err["bins"] == pytest.approx(0.143, abs=0.03)
+
+
+def test_delta_codes_the_displacements_with_error_feedback():
+    """Brute force: each token is the rounded step from the previously DECODED point, so errors never add up."""
+    from wamdiff.models import tokens as T
+
+    xy = np.cumsum(np.tile([[1.04, 0.03]], (8, 1)), axis=0)  # 0.04 / 0.03 m off the grid every step
+    text = format_trajectory(xy, "delta")
+    prev, want = np.zeros(2), []
+    for p in xy:
+        i = int(round((p[0] - prev[0] - T.DELTA_X_RANGE[0]) / T.DELTA_STEP))
+        j = int(round((p[1] - prev[1] - T.DELTA_Y_RANGE[0]) / T.DELTA_STEP))
+        want.append(T.DELTA_X_TOKENS[i] + T.DELTA_Y_TOKENS[j])
+        prev = prev + [T.DELTA_X_RANGE[0] + i * T.DELTA_STEP, T.DELTA_Y_RANGE[0] + j * T.DELTA_STEP]
+    assert text == "".join(want)
+    decoded = parse_trajectory(text, "delta").xy
+    assert np.abs(decoded - xy).max() <= 0.05 + 1e-9  # naive per-step rounding would drift by 8 x 0.04 m

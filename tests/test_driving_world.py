@@ -11,7 +11,7 @@ from shapely.ops import unary_union
 from wamdiff.driving import geometry as geo
 from wamdiff.driving.capture import Drop, generate_scene, observe
 from wamdiff.driving.command import command_from_route
-from wamdiff.driving.render import EGO
+from wamdiff.driving.render import EGO, ROUTE, CameraConfig
 from wamdiff.driving.world import make_world, route_completed, route_progress
 
 finite = st.floats(-500, 500, allow_nan=False)
@@ -68,8 +68,12 @@ def test_scene_contract(family, seed):
     assert not isinstance(s, Drop), s
     assert s.image.shape == (64, 64, 3) and s.image.dtype == np.uint8
     assert s.image.std() > 5  # not a constant / black frame
-    c = 32
-    assert np.all(s.image[c - 1:c + 1, c - 1:c + 1] == EGO)  # the ego is drawn at the centre
+    cam = CameraConfig()
+    row = 32 + round(cam.look_ahead * cam.pixels_per_meter)  # the ego's box centre, look_ahead below the centre
+    assert np.all(s.image[row - 1:row + 1, 31:33] == EGO)
+    ahead = s.image[:row - 4].astype(int)
+    route_like = (np.abs(ahead - np.array(ROUTE)).sum(-1) < 120) & (ahead[..., 2] < 100)  # anti-aliased amber line
+    assert route_like.sum() >= 10  # the route is drawn ahead of the ego
     assert s.ego_history.shape == (4, 7) and np.allclose(s.ego_history[-1, :3], 0)
     assert s.future.shape == (8, 3) and s.future[-1, 0] > 0
     A = len(s.agent_boxes)

@@ -6,7 +6,7 @@ logits of each position (AR step or block step alike) before the argmax / confid
 parallel-decoding failure of DESIGN §2.8 (number widths misaligned across positions decoded in parallel).
 
 Templates: one entry per answer token (a string of single-character entries, or a list of token strings):
-'S' = sign (+/-), 'D' = digit, 'B' = any bin token, anything else = that literal token; EOS follows the
+'S' = sign (+/-), 'D' = digit, 'B' = any bin token, 'X' / 'Y' = any dx / dy step token, anything else = that literal token; EOS follows the
 template, PAD after it. `Grammar.for_format` derives the template from the world's own formatter
 (`wamdiff.driving.trajectory.format_trajectory`) and the tokenizer, so it cannot drift from the data.
 """
@@ -17,7 +17,10 @@ from dataclasses import dataclass
 
 import torch
 
-from wamdiff.models.tokens import BIN_TOKENS, IM_END
+from wamdiff.models.tokens import BIN_TOKENS, DELTA_X_TOKENS, DELTA_Y_TOKENS, IM_END
+
+
+GRAMMAR_FORMATS = ("bins", "delta", "fixed1", "fixed2")  # trajectory formats whose token positions never shift
 
 
 @dataclass
@@ -37,7 +40,9 @@ class Grammar:
                 raise ValueError(f"grammar template {name!r}: tokenizer has no token for {bad}")
             return out
 
-        table = {"S": ids(["+", "-"]), "D": ids([str(d) for d in range(10)]), "B": ids(BIN_TOKENS)}
+        class_tokens = {"S": ["+", "-"], "D": [str(d) for d in range(10)], "B": BIN_TOKENS, "X": DELTA_X_TOKENS,
+                        "Y": DELTA_Y_TOKENS}
+        table = {c: ids(class_tokens[c]) for c in set(template) if c in class_tokens}  # only the classes used
         classes = [table[c] if c in table else ids([c]) for c in template]
         classes.append(ids([IM_END]))
         return cls(classes, name)
@@ -51,12 +56,12 @@ class Grammar:
 
         from wamdiff.driving.trajectory import format_trajectory  # noqa: PLC0415
 
-        if fmt not in ("bins", "fixed1", "fixed2"):
-            raise ValueError(f"no fixed-width grammar for trajectory format {fmt!r} (use bins, fixed1 or fixed2)")
+        if fmt not in GRAMMAR_FORMATS:
+            raise ValueError(f"no fixed-width grammar for trajectory format {fmt!r} (use one of {GRAMMAR_FORMATS})")
         sample = format_trajectory(np.full((8, 2), 1.0), fmt)
         toks = tokenizer.convert_ids_to_tokens(tokenizer.encode(sample, add_special_tokens=False))
-        bins = set(BIN_TOKENS)
-        template = ["B" if t in bins else "D" if t.isdigit() else "S" if t in "+-" else t for t in toks]
+        classes = {**dict.fromkeys(BIN_TOKENS, "B"), **dict.fromkeys(DELTA_X_TOKENS, "X"), **dict.fromkeys(DELTA_Y_TOKENS, "Y")}
+        template = [classes.get(t) or ("D" if t.isdigit() else "S" if t in "+-" else t) for t in toks]
         return cls.from_template(tokenizer, template, fmt)
 
     def table(self, n_positions: int, vocab_size: int, pad_id: int, device=None) -> torch.BoolTensor:

@@ -26,15 +26,17 @@ class Prompt:
 
 
 def tiny_tokenizer():
-    """A character-level fast tokenizer with every special token (fallback when `build_tokenizer` is absent)."""
+    """A character-level fast tokenizer with the chat and bin tokens (no delta-format tokens: the decoding tests'
+    tiny random models, whose greedy outputs those tests pin, keep the vocabulary they were written against)."""
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    vocab = {t: i for i, t in enumerate(T.SPECIAL_TOKENS + CHARS + ["<unk>"])}
+    specials = T.CHAT_TOKENS + T.BIN_TOKENS
+    vocab = {t: i for i, t in enumerate(specials + CHARS + ["<unk>"])}
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", pad_token=T.PAD, eos_token=T.IM_END)
-    fast.add_special_tokens({"additional_special_tokens": [t for t in T.SPECIAL_TOKENS if t not in (T.PAD, T.IM_END)]})
+    fast.add_special_tokens({"additional_special_tokens": [t for t in specials if t not in (T.PAD, T.IM_END)]})
     return fast
 
 

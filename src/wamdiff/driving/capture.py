@@ -95,8 +95,16 @@ def _t0_snapshot(world: World, camera: CameraConfig):
             continue
         p = geo.poses_world_to_ego(st[:3], pose)
         boxes.append((p[0], p[1], p[2], st[3], st[4], hasattr(v, "target_speed") or v in world.road.vehicles))
+    view = {**view, "route": [route_ahead(world, pose)]}
     image = render_camera(view, boxes, (world.ego.LENGTH, world.ego.WIDTH), camera)
     return pose, layers, image
+
+
+def route_ahead(world: World, pose: np.ndarray, behind_m: float = 2.0) -> np.ndarray:
+    """The route centreline from just behind the ego's projection onto it to its end, in the ego frame."""
+    xy = world.route_centerline_world
+    keep = world.route_arclength >= world.route_s() - behind_m
+    return geo.world_to_ego(xy[keep], pose)
 
 
 def _scene_map(world: World, pose: np.ndarray, layers: dict) -> SceneMap:

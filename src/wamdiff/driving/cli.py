@@ -8,6 +8,8 @@ from pathlib import Path
 
 import typer
 
+from wamdiff.driving.render import CameraConfig
+
 os.environ.setdefault("SDL_VIDEODRIVER", "offscreen")
 os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
 
@@ -34,9 +36,10 @@ def generate(
     fmt: str = typer.Option("text2", help="Answer format: text2 | text1 | fixed1 | fixed2 | bins."),
     density: float = typer.Option(1.0, help="Traffic density multiplier."),
     speed_scale: float = typer.Option(1.0, help="Multiplies desired speeds."),
-    image_size: int = typer.Option(64, help="Camera image side (pixels)."),
-    pixels_per_meter: float = typer.Option(1.5, help="Camera scale."),
-    look_ahead: float = typer.Option(0.0, help="Metres the camera centre lies ahead of the ego (0 = ego-centred)."),
+    image_size: int = typer.Option(CameraConfig.size, help="Camera image side (pixels)."),
+    pixels_per_meter: float = typer.Option(CameraConfig.pixels_per_meter, help="Camera scale."),
+    look_ahead: float = typer.Option(CameraConfig.look_ahead, help="Metres the camera centre lies ahead of the ego (0 = ego-centred)."),
+    route: bool = typer.Option(CameraConfig.route, help="Draw the planned route ahead in the camera view."),
 ) -> None:
     """Simulate scenes with the expert and write scenes/, <split>.json(l), <split>_qa.json, manifest.json."""
     from rich.console import Console
@@ -45,7 +48,8 @@ def generate(
     from wamdiff.driving.dataset import generate_dataset
 
     stats = generate_dataset(out, _families(family), split, n, workers, fmt,
-                             camera={"size": image_size, "pixels_per_meter": pixels_per_meter, "look_ahead": look_ahead},
+                             camera={"size": image_size, "pixels_per_meter": pixels_per_meter, "look_ahead": look_ahead,
+                                     "route": route},
                              density=density, speed_scale=speed_scale)
     manifest = json.loads((out / "manifest.json").read_text())["splits"][split]
     table = Table(title=f"{split}: {manifest['total']} scenes in {out}")

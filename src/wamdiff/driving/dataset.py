@@ -202,6 +202,8 @@ def write_split_files(out: Path, split: str, selected: dict[str, list[int]], fmt
 def _update_manifest(out: Path, split: str, families, n: int, fmt: str, selected, drops, stats, world_cfg, camera) -> None:
     import highway_env
 
+    from wamdiff.driving.render import CameraConfig
+
     import wamdiff
 
     path = out / "manifest.json"
@@ -234,7 +236,7 @@ def _update_manifest(out: Path, split: str, families, n: int, fmt: str, selected
                   "drops": f"drops_{split}.jsonl"},
         "last_run": stats,
         "world_config": world_cfg,
-        "camera": camera,
+        "camera": CameraConfig(**(camera or {})).to_dict(),  # every field, so a model can record what it saw
     }
     manifest["versions"] = {"wamdiff": getattr(wamdiff, "__version__", "0"), "highway_env": highway_env.__version__}
     manifest["seed_scheme"] = "seed = SPLIT_SEED_BASE[split] + i; train 0.., val 10,000,000.., test 20,000,000.. (10 M each)"

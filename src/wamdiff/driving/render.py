@@ -2,12 +2,21 @@
 
 Own drawing instead of highway-env's pygame renderer: it needs no display, never comes out black, and is far
 cheaper. Layout: image up = ego forward (+x), image left = ego left (+y); the ego's box centre sits at the
-image centre (or `look_ahead` m below it). Default 64x64 at 1.5 px/m: about +-21 m around the ego. Colours: off-road `OFFROAD`, drivable area `ROAD`, lane borders `MARKING`, intersection areas
-`JUNCTION`, other vehicles `VEHICLE`, static objects `OBSTACLE`, the ego `EGO` (pure green: tests look for it).
+image centre or `look_ahead` m below it. Default 64x64 at 1.5 px/m with the ego 10 m below the centre: 31 m
+ahead, 11 m behind, 21 m to each side.
+
+The planned route ahead is drawn as a thin `ROUTE` line, like the route on a navigation display. Measured on the
+full closed-loop route set, a single frame plus the left/straight/right command cannot tell a roundabout's exits
+apart (the command stays "left" all the way round to the third exit, and nothing in one frame says how many exits
+were passed): the AR VLA took none of 25 roundabouts. `route=False` draws the plain scene.
+
+Colours: off-road `OFFROAD`, drivable area `ROAD`, lane borders `MARKING`, intersection areas `JUNCTION`, the route
+`ROUTE`, other vehicles `VEHICLE`, static objects `OBSTACLE`, the ego `EGO` (pure green: tests look for it).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,6 +31,7 @@ MARKING = (235, 235, 235)
 EGO = (0, 255, 0)
 VEHICLE = (40, 120, 255)
 OBSTACLE = (230, 40, 40)
+ROUTE = (255, 190, 0)
 
 
 @dataclass(frozen=True)
@@ -29,12 +39,30 @@ class CameraConfig:
     size: int = 64  # pixels, square
     pixels_per_meter: float = 1.5
     supersample: int = 2  # draw at 2x then downscale: cheap anti-aliasing keeps thin markings visible
-    look_ahead: float = 0.0  # m the image centre lies ahead of the ego's box centre (0 = ego-centred)
+    look_ahead: float = 10.0  # m the image centre lies ahead of the ego's box centre (0 = ego-centred)
+    route: bool = True  # draw the planned route ahead (layer "route": one ego-frame polyline)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict | None) -> "CameraConfig":
+        """A recorded camera; None (a checkpoint or dataset from before cameras were recorded) = `LEGACY_CAMERA`."""
+        if d is None:
+            return LEGACY_CAMERA
+        unknown = set(d) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise ValueError(f"camera settings: unknown field(s) {sorted(unknown)}")
+        return cls(**d)
 
     @property
     def view_radius(self) -> float:
         """Metres from the centre to a corner: what must be drawn."""
         return self.size / self.pixels_per_meter / 2 * np.sqrt(2) + abs(self.look_ahead) + 6.0
+
+
+# What every dataset and checkpoint used before the camera was recorded with them (ego-centred, no route line).
+LEGACY_CAMERA = CameraConfig(look_ahead=0.0, route=False)
 
 
 def _to_px(xy_ego: np.ndarray, cfg: CameraConfig, scale: int) -> np.ndarray:
@@ -49,7 +77,8 @@ def _to_px(xy_ego: np.ndarray, cfg: CameraConfig, scale: int) -> np.ndarray:
 def render_camera(layers: dict, boxes: list[tuple], ego_size: tuple[float, float], cfg: CameraConfig = CameraConfig()) -> np.ndarray:
     """Draw one frame.
 
-    `layers`: ego-frame "drivable_polygons", "intersection_polygons", "lane_polygons" (lists of (K, 2) arrays);
+    `layers`: ego-frame "drivable_polygons", "intersection_polygons", "lane_polygons" (lists of (K, 2) arrays)
+    and optionally "route" (the route ahead, a list with one (K, 2) polyline);
     `boxes`: (x, y, heading, length, width, is_vehicle) of other objects in the ego frame (box centres);
     `ego_size`: (length, width). Returns (size, size, 3) uint8.
     """
@@ -67,6 +96,10 @@ def render_camera(layers: dict, boxes: list[tuple], ego_size: tuple[float, float
             n = len(poly) // 2
             for border in (poly[:n], poly[n:]):
                 draw.line([tuple(p) for p in _to_px(border, cfg, s)], fill=MARKING, width=1)
+    if cfg.route:
+        for line in layers.get("route", []):
+            if len(line) >= 2:
+                draw.line([tuple(p) for p in _to_px(line, cfg, s)], fill=ROUTE, width=2 * s)  # 2 px: survives the downscale
     for x, y, h, length, width, is_vehicle in boxes:
         corners = geo.box_corners(x, y, h, length, width)
         draw.polygon([tuple(p) for p in _to_px(corners, cfg, s)], fill=VEHICLE if is_vehicle else OBSTACLE)

@@ -488,6 +488,11 @@ class World:
         limit = self.config.cull_distance
         self.road.vehicles = [v for v in self.road.vehicles if v is self.ego or np.linalg.norm(v.position - ego_pos) < limit]
 
+    def route_s(self) -> float:
+        """Arc length of the ego's projection on the route centreline, tracked from tick to tick."""
+        self._update_route_s()
+        return float(self._route_s)
+
     def _update_route_s(self) -> None:
         xy, arc = self.route_centerline_world, self.route_arclength
         last = getattr(self, "_route_s", None)
@@ -558,8 +563,7 @@ def route_progress(world: World) -> float:
 
     The projection is tracked every tick inside a window around the previous one (-20 m .. +80 m of arc
     length), so a route that passes near itself (roundabout arms) cannot make progress jump."""
-    world._update_route_s()
-    return max(0.0, world._route_s - world.route_start_s)
+    return max(0.0, world.route_s() - world.route_start_s)
 
 
 def route_length(world: World) -> float:

@@ -167,12 +167,12 @@ class RouteRunner:
     """
 
     def __init__(self, route: Route, expert_mode: bool = False, record_frames: bool = False, blocked_s: float = 20.0,
-                 frame_every_s: float = 2.0, max_frames: int = 8, max_deviation_m: float = 12.0):
+                 frame_every_s: float = 2.0, max_frames: int = 8, max_deviation_m: float = 12.0, camera=None):
         self.result = RouteResult(route)
         self.scene = None  # the Scene awaiting a plan while `needs_plan`
         self.done = False
         self._gen = _drive(route, self.result, expert_mode, record_frames, blocked_s, frame_every_s, max_frames,
-                           max_deviation_m)
+                           max_deviation_m, camera)
         self._started = False
 
     @property
@@ -213,7 +213,7 @@ def run_route(planner, route: Route, record_frames: bool = False, blocked_s: flo
               max_frames: int = 8, max_deviation_m: float = 12.0) -> RouteResult:
     """Drive one route; every failure mode is recorded in the result, nothing raises."""
     runner = RouteRunner(route, _is_expert(planner), record_frames, blocked_s, frame_every_s, max_frames,
-                         max_deviation_m).advance()
+                         max_deviation_m, planner_camera(planner)).advance()
     while not runner.done:
         t0 = time.perf_counter()
         raw = _safe_plan_batch(planner, [runner.scene])[0]
@@ -225,11 +225,26 @@ def _is_expert(planner) -> bool:
     return getattr(planner, "name", "") == "expert"
 
 
+def planner_camera(planner):
+    """The camera a planner was trained with (a model records it), else the world's default camera."""
+    from wamdiff.driving.render import CameraConfig
+
+    camera = getattr(planner, "camera", None)
+    return camera if camera is not None else CameraConfig()
+
+
 def _drive(route: Route, res: RouteResult, expert_mode: bool, record_frames: bool, blocked_s: float,
-           frame_every_s: float, max_frames: int, max_deviation_m: float):
+           frame_every_s: float, max_frames: int, max_deviation_m: float, camera=None):
     """Generator: drives `route` into `res`; yields the Scene whenever it needs a plan and expects the planner's
     raw Plan via `.send()`. The expert (world autopilot) never yields."""
-    make_world, observe, route_progress, route_length, route_completed, geo = _world_api()
+    make_world, observe_world, route_progress, route_length, route_completed, geo = _world_api()
+    from wamdiff.driving.render import CameraConfig
+
+    camera = camera or CameraConfig()
+
+    def observe(w):
+        return observe_world(w, camera)
+
     from wamdiff.driving.roadmap import inside_drivable, road_geometry
 
     world = make_world(route.family, route.seed, **dict(route.world_cfg))
@@ -412,6 +427,7 @@ def run_routes(planner, routes: list[Route], record_frames: int = 0, progress=No
     if hasattr(planner, "prepare"):
         planner.prepare()  # a checkpoint that does not load is a configuration error, not a failed route
     expert = _is_expert(planner)
+    route_kw.setdefault("camera", planner_camera(planner))
     cap = len(routes) if not batch or batch <= 0 else int(batch)
     out: list[RouteResult | None] = [None] * len(routes)
     pending = list(enumerate(routes))[::-1]  # popped from the end: route order

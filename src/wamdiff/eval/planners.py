@@ -166,6 +166,14 @@ class ModelPlanner:
             self._image_processor = load_image_processor(self.checkpoint) if self._vision else None
         return self._model, self._tokenizer
 
+    @property
+    def camera(self):
+        """The camera this checkpoint was trained with (`config.wamdiff_camera`), so the closed loop renders the same."""
+        from wamdiff.driving.render import CameraConfig
+
+        self._load()
+        return CameraConfig.from_dict(getattr(self._model.config, "wamdiff_camera", None))
+
     def decode_config(self):
         from wamdiff.decoding import DecodeConfig
 

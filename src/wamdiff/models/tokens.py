@@ -20,4 +20,15 @@ def bin_token(i: int) -> str:
 
 
 BIN_TOKENS = [bin_token(i) for i in range(N_BINS)]
-SPECIAL_TOKENS = [PAD, IM_START, IM_END, MASK, VISION_START, VISION_END, IMAGE_PAD, VIDEO_PAD, *BIN_TOKENS]
+
+# The `delta` trajectory format: one token per coordinate of each 0.5 s displacement, on a 0.1 m grid
+# (dx in [-8, 22) m: up to 44 m/s forward and backing turns; dy in [-8, 8) m).
+DELTA_STEP = 0.1
+DELTA_X_RANGE = (-8.0, 22.0)
+DELTA_Y_RANGE = (-8.0, 8.0)
+N_DELTA_X = round((DELTA_X_RANGE[1] - DELTA_X_RANGE[0]) / DELTA_STEP)
+N_DELTA_Y = round((DELTA_Y_RANGE[1] - DELTA_Y_RANGE[0]) / DELTA_STEP)
+DELTA_X_TOKENS = [f"<|dx_{i}|>" for i in range(N_DELTA_X)]
+DELTA_Y_TOKENS = [f"<|dy_{i}|>" for i in range(N_DELTA_Y)]
+CHAT_TOKENS = [PAD, IM_START, IM_END, MASK, VISION_START, VISION_END, IMAGE_PAD, VIDEO_PAD]
+SPECIAL_TOKENS = [*CHAT_TOKENS, *BIN_TOKENS, *DELTA_X_TOKENS, *DELTA_Y_TOKENS]

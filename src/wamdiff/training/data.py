@@ -92,6 +92,24 @@ class Batch:
 # ------------------------------------------------------------------------------------------------ reading
 
 
+def dataset_camera(json_paths) -> dict | None:
+    """The camera the world rendered these files' images with (`manifest.json` beside them), or None when no
+    manifest records one (data brought from elsewhere, e.g. NAVSIM). Files rendered differently: ValueError."""
+    import json
+
+    cameras = {}
+    for p in json_paths:
+        manifest = Path(p).parent / "manifest.json"
+        if not manifest.is_file():
+            continue
+        for split in json.loads(manifest.read_text()).get("splits", {}).values():
+            if split.get("camera"):
+                cameras[json.dumps(split["camera"], sort_keys=True)] = split["camera"]
+    if len(cameras) > 1:
+        raise ValueError(f"training files were rendered with different cameras: {sorted(cameras)}")
+    return next(iter(cameras.values()), None)
+
+
 def load_examples(json_path: str | Path, tokenizer, *, vision: bool, limit: int | None = None, source: int = 0,
                   image_processor=None, image_root: str | Path | None = None) -> list[Example]:
     """Read one WAM-Diff2 JSON file and encode every sample (prompt with its images, answer ids)."""

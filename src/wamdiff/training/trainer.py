@@ -27,7 +27,7 @@ import torch
 
 from wamdiff.training import checkpoint as ckpt
 from wamdiff.training.config import Recipe, load_recipe
-from wamdiff.training.data import Batch, MixtureSampler, collate, load_examples
+from wamdiff.training.data import Batch, MixtureSampler, collate, dataset_camera, load_examples
 from wamdiff.training.metrics import MetricsLogger, read_metrics_csv, write_json
 from wamdiff.training.objectives import Objective, StepInputs, build_objective
 
@@ -234,6 +234,9 @@ class Trainer:
         qa = r.eval.qa
         self.qa_set = load_examples(qa.path, self.tokenizer, limit=qa.max_samples, **enc) if qa.path else []
         self.sampler = MixtureSampler([len(s) for s in self.train_sets], [s.weight for s in r.data.train], r.seed)
+        camera = dataset_camera([s.path for s in r.data.train])
+        if camera is not None:  # the closed loop renders what this model was trained on (config.json)
+            self.model.config.wamdiff_camera = camera
 
     def _distribute(self) -> None:
         """Place the model for the launch: one process, plain data parallel, or FSDP / DeepSpeed.
