@@ -85,11 +85,3 @@ def add_special_tokens(tokenizer) -> int:
         if getattr(tokenizer, attr) is None:
             setattr(tokenizer, attr, value)
     return added
-
-
-def token_id(tokenizer, token: str) -> int:
-    """Id of a special token; ValueError if the vocabulary lacks it."""
-    i = tokenizer.convert_tokens_to_ids(token)
-    if i is None or (i == tokenizer.unk_token_id and token != tokenizer.unk_token):
-        raise ValueError(f"token {token!r} is absent from the tokenizer's vocabulary")
-    return i

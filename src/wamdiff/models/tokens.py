@@ -1,4 +1,5 @@
-"""Special-token strings shared by every area (Qwen chat conventions + what masked diffusion needs)."""
+"""Special-token strings shared by every area (Qwen chat conventions + what masked diffusion needs), and the one
+look-up of a token's id (`token_id`)."""
 
 MASK = "<|mask|>"  # the absorbing state of masked diffusion
 PAD = "<|endoftext|>"  # pads prompts (left) and fills the answer tail after IM_END (right)
@@ -21,3 +22,12 @@ def bin_token(i: int) -> str:
 
 BIN_TOKENS = [bin_token(i) for i in range(N_BINS)]
 SPECIAL_TOKENS = [PAD, IM_START, IM_END, MASK, VISION_START, VISION_END, IMAGE_PAD, VIDEO_PAD, *BIN_TOKENS]
+
+
+def token_id(tokenizer, token: str) -> int:
+    """Id of a special token; ValueError if the vocabulary lacks it (an unknown token maps to unk, not None)."""
+    i = tokenizer.convert_tokens_to_ids(token)
+    unk = getattr(tokenizer, "unk_token_id", None)
+    if i is None or (unk is not None and i == unk and token != getattr(tokenizer, "unk_token", None)):
+        raise ValueError(f"token {token!r} is absent from the tokenizer's vocabulary")
+    return int(i)
