@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import platform
-import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +17,8 @@ from typing import Callable
 
 import yaml
 from rich.console import Console
+
+from wamdiff.provenance import provenance
 
 console = Console()
 
@@ -160,17 +159,6 @@ def training_stages(p: Pipeline) -> list[dict]:
 
 
 # ------------------------------------------------------------------------------------------ entry points
-def provenance() -> dict:
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        commit = ""
-    import torch
-
-    return {"commit": commit, "python": platform.python_version(), "torch": torch.__version__,
-            "threads": torch.get_num_threads(), "machine": platform.machine(), "cpus": os.cpu_count()}
-
-
 def _threads(p: Pipeline) -> None:
     import torch
 

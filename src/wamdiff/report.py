@@ -164,7 +164,7 @@ def plot_bev_examples(p, results: dict, out_dir: Path, n: int = 4) -> list[Path]
 
 # ------------------------------------------------------------------------------------------ report
 def write_report(p, results: dict) -> Path:
-    from wamdiff.pipeline import provenance
+    from wamdiff.provenance import provenance
 
     out = p.out / "report"
     out.mkdir(parents=True, exist_ok=True)
