@@ -62,7 +62,7 @@ def step_cost(model, tokenizer, prompt, block_sizes, *, n_tokens: int = 64, repe
         r = StepRunner(model, batch_p, b, n_tokens, **kw)
         t0 = time.perf_counter()
         out = decode_block(r, max_new_tokens=n_tokens, mask_id=mask_id, eos_id=-1, pad_id=pad, strategy="fixed",
-                           max_steps=b, fused_commit=True)
+                           threshold=DecodeConfig.threshold, max_steps=b, fused_commit=True)  # fixed: tau unused
         return per_forward(t0, out[2])
 
     ar(), [blk(b) for b in block_sizes]  # warm-up
