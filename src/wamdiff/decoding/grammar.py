@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from wamdiff.models.tokens import BIN_TOKENS, IM_END
+from wamdiff.models.tokens import BIN_TOKENS, IM_END, token_id
 
 
 @dataclass
@@ -30,12 +30,10 @@ class Grammar:
     @classmethod
     def from_template(cls, tokenizer, template, name: str = "template") -> "Grammar":
         def ids(tokens):
-            out = [tokenizer.convert_tokens_to_ids(t) for t in tokens]
-            unk = getattr(tokenizer, "unk_token_id", None)
-            bad = [t for t, i in zip(tokens, out) if i is None or (unk is not None and i == unk)]
-            if bad:
-                raise ValueError(f"grammar template {name!r}: tokenizer has no token for {bad}")
-            return out
+            try:
+                return [token_id(tokenizer, t) for t in tokens]
+            except ValueError as err:
+                raise ValueError(f"grammar template {name!r}: {err}") from None
 
         table = {"S": ids(["+", "-"]), "D": ids([str(d) for d in range(10)]), "B": ids(BIN_TOKENS)}
         classes = [table[c] if c in table else ids([c]) for c in template]

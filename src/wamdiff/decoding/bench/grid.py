@@ -25,9 +25,9 @@ from wamdiff.decoding.bench.headline import best_vs_best
 from wamdiff.decoding.bench.journal import Journal, fingerprint
 from wamdiff.decoding.bench.quality import quality
 from wamdiff.decoding.bench.timing import step_cost, summarize, timed_generate
-from wamdiff.decoding.config import ATTENTIONS, DecodeConfig
+from wamdiff.decoding.config import ATTENTIONS, DTYPE_NAMES, DecodeConfig
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+DTYPES = {name: DTYPE_NAMES[name] for name in ("fp32", "bf16")}  # the grid's dtypes
 
 
 @dataclass
