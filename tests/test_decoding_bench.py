@@ -57,9 +57,10 @@ def test_step_cost_and_quality_are_reported():
     assert len(res["rows"]) == 1 and res["step_cost"][0]["dtype"] == "fp32"
     assert res["step_cost"][0]["B4_ratio"] > 0
     assert next(model.parameters()).dtype.is_floating_point  # the caller's model is left as it was (copies are cast)
-    g = [Generation([1, 2], "1.00,2.00," * 8, 2, True)]
-    q = quality(g, g, ["1.00,2.00," * 8], None)
-    assert q["exact_match_vs_ar"] == 1.0 and q["l2_vs_ar"] == 0.0 and q["l2_vs_expert"] == 0.0
+    text = ",".join(["1.00,2.00"] * 8)  # 8 waypoints, text2 (the format is guessed when none is given)
+    g = [Generation([1, 2], text, 2, True)]
+    q = quality(g, g, [",".join(["1.00,3.00"] * 8)], None)
+    assert q["exact_match_vs_ar"] == 1.0 and q["l2_vs_ar"] == 0.0 and q["l2_vs_expert"] == pytest.approx(1.0)
 
 
 def test_paired_bench_two_checkpoints_and_wamdiff2_json(tmp_path):

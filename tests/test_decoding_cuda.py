@@ -46,7 +46,8 @@ def test_flashinfer_matches_sdpa(vl, mode, delayed):
 @pytest.mark.skipif(importlib.util.find_spec("flashinfer") is None, reason="needs the flashinfer package")
 def test_flashinfer_step_logits_match_sdpa():
     """One block step through FlashInfer vs SDPA on the same cache state (bf16 tolerance)."""
-    from wamdiff.decoding.engine import model_block_settings, token_id
+    from wamdiff.decoding.engine import model_block_settings
+    from wamdiff.models.tokens import token_id
     from wamdiff.decoding.runner import StepRunner, collate_prompts
     from wamdiff.models.tokens import PAD
 

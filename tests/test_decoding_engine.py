@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from wamdiff.decoding import DecodeConfig, generate
 from wamdiff.decoding.block import fixed_schedule, select_threshold
-from wamdiff.decoding.engine import model_block_settings, to_generations, token_id
+from wamdiff.decoding.engine import model_block_settings, to_generations
+from wamdiff.models.tokens import token_id
 from wamdiff.decoding.runner import StepRunner, collate_prompts
 from wamdiff.decoding.testing import synthetic_prompt, tiny_qwen3, tiny_qwen3_vl, tiny_tokenizer
 from wamdiff.decoding import block as block_mod

@@ -8,7 +8,8 @@ import torch
 from wamdiff.decoding import DecodeConfig, generate
 from wamdiff.decoding import block as block_mod
 from wamdiff.decoding.ar import decode_ar
-from wamdiff.decoding.engine import model_block_settings, token_id
+from wamdiff.decoding.engine import model_block_settings
+from wamdiff.models.tokens import token_id
 from wamdiff.decoding.paged_attention import FlashInferAttention, paged_step
 from wamdiff.decoding.runner import StepRunner, collate_prompts
 from wamdiff.decoding.testing import synthetic_prompt, tiny_qwen3, tiny_qwen3_vl, tiny_tokenizer

@@ -5,7 +5,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from wamdiff.eval.closedloop import Route, aggregate_routes, route_set, run_route, run_routes
+from wamdiff.eval.closedloop import PLANNER_ERROR, Route, aggregate_routes, route_set, run_route, run_routes
 from wamdiff.eval.planners import ConstantVelocityPlanner, Plan
 
 pytest.importorskip("wamdiff.driving.capture", reason="the world's observe() is not available")
@@ -57,12 +57,16 @@ def test_ramming_planner_crashes_and_is_not_a_success():
     assert res.driving_score <= 0.6 * res.completion + 1e-9
 
 
-def test_raising_planner_never_aborts_and_counts_fallbacks():
+def test_raising_planner_never_aborts_and_fails_the_route():
     res = run_route(RaisingPlanner(), Route("t_raise", "highway", 7_000_002, timeout_s=3.0))
-    assert res.n_plans > 0 and res.n_fallback == res.n_plans and res.n_parse_fail == res.n_plans
-    assert res.status != "Failed - error", res.error
+    assert res.status == PLANNER_ERROR and not res.success and "decoder exploded" in res.error
+    assert res.n_plans == res.n_failed_plans == 1 and res.n_fallback == 0
     agg = aggregate_routes([res])
-    assert agg["overall"]["n_fallback"] == res.n_plans
+    assert agg["overall"]["n_planner_error"] == 1 and agg["overall"]["success_rate"] == 0.0
+    res = run_route(RaisingPlanner(), Route("t_raise", "highway", 7_000_002, timeout_s=3.0),
+                    fallback=ConstantVelocityPlanner())  # opted in: the fallback drives, counted
+    assert res.status != PLANNER_ERROR and res.n_plans > 1 and res.n_fallback == res.n_failed_plans == res.n_plans
+    assert aggregate_routes([res])["overall"]["n_fallback"] == res.n_plans
 
 
 def test_world_error_is_recorded_as_failed_route():
@@ -120,9 +124,8 @@ def test_lockstep_failures_stay_per_route():
     routes = [Route("t_bad", "no_such_family", 1), *_short_dev_routes()[:2]]
     res = run_routes(RaisingPlanner(), routes)
     assert res[0].status == "Failed - error" and res[0].error
-    for r in res[1:]:  # a raising batch falls back for every route in it, counted, never aborting
-        assert r.status != "Failed - error", r.error
-        assert r.n_plans > 0 and r.n_fallback == r.n_plans == r.n_parse_fail
+    for r in res[1:]:  # a raising batch fails every route in it, each on its own, never aborting the run
+        assert r.status == PLANNER_ERROR and r.n_plans == r.n_failed_plans == 1
 
 
 def test_lockstep_expert_needs_no_plans():

@@ -7,7 +7,7 @@ import pytest
 from typer.testing import CliRunner
 
 from wamdiff.eval.openloop import aggregate_openloop, openloop_row, relative_change
-from wamdiff.eval.planners import ModelPlanner, Plan, make_planner, parse_spec, plan_all, with_fallback
+from wamdiff.eval.planners import ConstantVelocityPlanner, ModelPlanner, Plan, make_planner, plan_batch, plan_scenes, with_fallback
 from wamdiff.eval.synthetic import AgentSpec, straight_road_scene
 
 
@@ -33,37 +33,50 @@ def test_plan_collision_rate():
     assert aggregate_openloop(rows)["overall"]["collision_rate"] == 0.5
 
 
-def test_fallback_counts_parse_failures_and_keeps_raw_count():
-    scenes = [straight_road_scene(speed=8.0, scene_id=f"s{i}") for i in range(3)]
-    plans = [Plan(scenes[0].future[:, :2]), Plan(None, text="1,2,3", parse_ok=False, reason="too few numbers"),
-             Plan(np.full((8, 2), 1e6))]
-    fixed = with_fallback(scenes, plans)
-    assert [p.fallback for p in fixed] == ["", "cv", "cv"]
+class Fixed:
+    name = "fixed"
+
+    def __init__(self, plans):
+        self.plans = plans
+
+    def plan(self, scenes):
+        return self.plans
+
+
+def test_failed_plans_are_counted_and_not_measured():
+    scenes = [straight_road_scene(speed=8.0, future_speed=6.0, scene_id=f"s{i}") for i in range(3)]  # the expert brakes
+    plans = plan_batch(Fixed([Plan(scenes[0].future[:, :2]), Plan(None, text="1,2,3", ok=False, reason="too few numbers"),
+                              Plan(np.full((8, 2), 1e6))]), scenes)
+    assert [p.ok for p in plans] == [True, False, False] and plans[2].xy is None and "beyond" in plans[2].reason
+    agg = aggregate_openloop([openloop_row(s, p) for s, p in zip(scenes, plans)])["overall"]
+    assert agg["n_failed"] == 2 and agg["n_fallback"] == 0 and agg["failure_rate"] == pytest.approx(2 / 3)
+    assert agg["ade"] == pytest.approx(0.0) and agg["collision_rate"] == 0.0  # over the one plan that exists
+    fixed = with_fallback(scenes, plans, ConstantVelocityPlanner())  # opted in
+    assert [p.fallback for p in fixed] == ["", "cv", "cv"] and [p.ok for p in fixed] == [True, False, False]
     assert np.allclose(fixed[1].xy[:, 0], 8.0 * 0.5 * np.arange(1, 9))
     agg = aggregate_openloop([openloop_row(s, p) for s, p in zip(scenes, fixed)])["overall"]
-    assert agg["n_parse_fail"] == 2 and agg["n_fallback"] == 2 and agg["parse_failure_rate"] == pytest.approx(2 / 3)
-    assert agg["parsed_ade"] == pytest.approx(0.0)
+    assert agg["n_failed"] == 2 and agg["n_fallback"] == 2 and agg["failure_rate"] == pytest.approx(2 / 3)
+    assert agg["own_ade"] == pytest.approx(0.0) and agg["ade"] > 0.0
 
 
 def test_relative_change():
     assert relative_change({"ade": 0.9, "n": 3}, {"ade": 1.0, "n": 5}) == {"ade": pytest.approx(-0.1)}
 
 
-def test_planner_specs(tmp_path):
+def test_planner_factory(tmp_path):
     (tmp_path / "config.json").write_text("{}")
     p = make_planner(f"model:{tmp_path},mode=ar,threshold=0.8,block=16")
-    assert isinstance(p, ModelPlanner) and p.settings.threshold == 0.8 and p.settings.block == 16
-    assert not p.decode_config().delayed_cache
-    assert make_planner(f"model:{tmp_path},delayed=true").decode_config().delayed_cache
-    assert parse_spec("model:/ck/pt,mode=block,threshold=0.9,block=32") == ("model", "/ck/pt", {"mode": "block", "threshold": "0.9", "block": "32"})
+    assert isinstance(p, ModelPlanner) and p.spec.decode.threshold == 0.8 and p.spec.decode.block_size == 16
+    assert not p.spec.decode.delayed_cache
+    assert make_planner(f"model:{tmp_path},delayed=true").spec.decode.delayed_cache
     for bad in ("model:", "model:/x,foo=1", "nope", "cv:3", "model:/x,threshold=abc", "model:/no/such/checkpoint",
                 f"model:{tmp_path},delayed=maybe"):
         with pytest.raises(ValueError):
             make_planner(bad)
     scene = straight_road_scene(speed=5.0)
     for spec in ("expert", "cv", "reference"):
-        plans = plan_all(make_planner(spec), [scene])
-        assert plans[0].xy.shape == (8, 2) and plans[0].parse_ok and not plans[0].fallback
+        plans = plan_scenes(make_planner(spec), [scene])
+        assert plans[0].xy.shape == (8, 2) and plans[0].ok and not plans[0].fallback
 
 
 def test_cli_pdms_and_openloop_write_results(tmp_path):
@@ -73,7 +86,8 @@ def test_cli_pdms_and_openloop_write_results(tmp_path):
     for i, agents in enumerate([[], [AgentSpec(x=30.0, y=0.0, vx=5.0)]]):
         straight_road_scene(speed=10.0, agents=agents, scene_id=f"syn_{i}").save(data / f"syn_{i}")
     runner = CliRunner()
-    res = runner.invoke(app, ["pdms", "--data", str(data), "--out", str(tmp_path / "pdms"), "-p", "expert", "-p", "cv", "--plots", "1", "--epdms"])
+    res = runner.invoke(app, ["pdms", "--data", str(data), "--out", str(tmp_path / "pdms"), "-p", "expert", "-p", "cv",
+                              "--plots", "1", "--epdms"])
     assert res.exit_code == 0, res.output
     agg = json.loads((tmp_path / "pdms" / "pdms_expert.json").read_text())
     assert agg["version"].startswith("wamdiff-pdms-navsim-v1.1") and agg["overall"]["n_valid"] == 2

@@ -7,7 +7,7 @@ from wamdiff.eval.pdms import PDMSConfig, PDMSEvaluator, aggregate
 from wamdiff.eval.pdms.comfort import BOUNDS, comfort_checks
 from wamdiff.eval.pdms.tracker import headings_from_xy, interpolate_plan, simulate
 from wamdiff.eval.pdms.vehicle import PACIFICA, VehicleParams
-from wamdiff.eval.planners import ExpertPlanner, Plan, plan_all
+from wamdiff.eval.planners import ConstantVelocityPlanner, ExpertPlanner, Plan, plan_scenes
 from wamdiff.eval.synthetic import AgentSpec, plan_from_speed_profile, straight_road_scene
 
 
@@ -160,13 +160,17 @@ def test_comfort_bounds_are_navsim():
     assert all(v[0] for v in comfort_checks(states).values())
 
 
-def test_expert_planner_on_scene_without_future_falls_back_counted():
+def test_expert_planner_on_scene_without_future_fails_unless_a_fallback_is_given():
     scene = straight_road_scene(speed=10.0)
     scene.future = np.zeros((8, 3))
-    plans = plan_all(ExpertPlanner(), [scene])
-    assert plans[0].fallback == "cv" and not plans[0].parse_ok
-    row = PDMSEvaluator().score([scene], plans, "expert")[0]
-    assert row["valid"] and not row["parse_ok"]
+    (plan,) = plan_scenes(ExpertPlanner(), [scene])
+    assert plan.xy is None and not plan.ok and not plan.fallback
+    row = PDMSEvaluator().score([scene], [plan], "expert")[0]
+    assert row["valid"] and row["plan_failed"] and row["pdms"] == 0.0 and row["nc"] == 0.0
+    (plan,) = plan_scenes(ExpertPlanner(), [scene], fallback=ConstantVelocityPlanner())
+    assert plan.fallback == "cv" and not plan.ok
+    row = PDMSEvaluator().score([scene], [plan], "expert")[0]
+    assert row["valid"] and not row["plan_ok"] and not row["plan_failed"] and row["pdms"] > 0.9
 
 
 def test_reference_is_cached_per_scene_on_disk(tmp_path):

@@ -5,7 +5,7 @@ import pytest
 capture = pytest.importorskip("wamdiff.driving.capture", reason="world scene generation not available")
 
 from wamdiff.eval.pdms import PDMSEvaluator, aggregate  # noqa: E402
-from wamdiff.eval.planners import make_planner, plan_all  # noqa: E402
+from wamdiff.eval.planners import make_planner, plan_scenes  # noqa: E402
 
 
 def _scenes(per_family: int = 3):
@@ -28,7 +28,7 @@ def test_expert_beats_constant_velocity_on_generated_scenes():
     ev = PDMSEvaluator()
     agg = {}
     for spec in ("expert", "cv"):
-        rows = ev.score(scenes, plan_all(make_planner(spec, ev), scenes), spec)
+        rows = ev.score(scenes, plan_scenes(make_planner(spec, ev), scenes), spec)
         agg[spec] = aggregate(rows)["overall"]
         assert agg[spec]["n_invalid"] == 0, aggregate(rows)["invalid_examples"]
     assert agg["expert"]["dac"] == 1.0 and agg["expert"]["nc"] == 1.0

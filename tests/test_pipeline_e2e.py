@@ -61,7 +61,7 @@ def smoke_config(out) -> dict:
 
 RANGES = {  # report column -> valid range
     "pdms": (0, 100), "nc": (0, 1), "dac": (0, 1), "ttc": (0, 1), "ep": (0, 1), "c": (0, 1),
-    "l2_1s": (0, 1e3), "l2_2s": (0, 1e3), "l2_3s": (0, 1e3), "l2_4s": (0, 1e3), "parse_fail": (0, 100),
+    "l2_1s": (0, 1e3), "l2_2s": (0, 1e3), "l2_3s": (0, 1e3), "l2_4s": (0, 1e3), "failed": (0, 100),
     "cl_success": (0, 100), "cl_ds": (0, 100), "cl_routes": (0, 10), "tok_s": (0, 1e7), "ms_token": (0, 1e5),
     "tpf": (0, 1e3), "speed_vs_ar": (0, 1e3), "qa": (0, 100),
 }

@@ -1,4 +1,5 @@
-"""The evaluation half of the pipeline: every planner of the report judged the same way, once.
+"""The evaluation half of the pipeline: every planner of the report judged the same way, once, through the same
+entry as `wamdiff eval` (`eval.run`).
 
 Stages (each resumable through the pipeline's stage files):
   eval_open    - each planner plans the test scenes once; those plans are scored by PDMS and open-loop L2
@@ -11,123 +12,67 @@ Stages (each resumable through the pipeline's stage files):
 from __future__ import annotations
 
 import json
-import time
-from pathlib import Path
+from dataclasses import replace
 
-import numpy as np
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-
-def _progress() -> Progress:
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-
-
-def _write(path: Path, obj) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(obj, indent=2, default=_jsonable))
-
-
-def _jsonable(o):
-    if isinstance(o, np.generic):
-        return o.item()
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    return str(o)
-
-
-def _planners(p) -> dict[str, str]:
-    return {name: p.planner_spec(spec) for name, spec in p.cfg["evaluate"]["planners"].items()}
+# Part of every evaluation stage's settings: results written by an older evaluation (e.g. with silent fallbacks)
+# are recomputed, not reused.
+EVAL_VERSION = "eval-run/2 (failures score as failures)"
 
 
 def stage_open(p) -> dict:
-    """PDMS + open-loop metrics of every planner from one set of plans per planner."""
+    """PDMS + open-loop metrics of every planner from one set of plans per planner (`eval.run.evaluate_open`)."""
     from wamdiff.eval.data import load_scenes
-    from wamdiff.eval.openloop import aggregate_openloop, openloop_row
-    from wamdiff.eval.pdms import PDMSConfig, PDMSEvaluator, aggregate
-    from wamdiff.eval.planners import make_planner, plan_all
-    from wamdiff.eval.report import write_csv
+    from wamdiff.eval.pdms import PDMSConfig
+    from wamdiff.eval.run import OpenLoopSettings, evaluate_open
 
     ev_cfg = p.cfg["evaluate"]
     out = p.out / "eval"
     scenes, problems = load_scenes(p.data_dir / "scenes", split="test", limit=ev_cfg.get("test_limit"))
     if not scenes:
         raise ValueError(f"{p.data_dir / 'scenes'}: no test scenes to evaluate")
-    ev = PDMSEvaluator(PDMSConfig(reference_cache=str(out / "reference_cache")))
-    results, plans_by = {}, {}
-    with _progress() as prog:
-        for name, spec in _planners(p).items():
-            planner = make_planner(spec, ev)
-            task = prog.add_task(f"{name}: plan + score", total=len(scenes))
-            t0 = time.perf_counter()
-            plans = plan_all(planner, scenes, batch=int(ev_cfg.get("decode", {}).get("batch", 16)),
-                             progress=lambda n: prog.advance(task, n))
-            plan_s = time.perf_counter() - t0
-            rows = ev.score(scenes, plans, name)
-            ol_rows = [openloop_row(s, pl, name) for s, pl in zip(scenes, plans)]
-            safe = name.replace(" ", "_").replace("/", "_").replace("(", "").replace(")", "").replace("+", "plus")
-            write_csv(rows, out / f"pdms_{safe}.csv")
-            write_csv(ol_rows, out / f"openloop_{safe}.csv")
-            tokens, forwards = sum(pl.new_tokens for pl in plans), sum(pl.forwards for pl in plans)
-            results[name] = {"spec": spec, "pdms": aggregate(rows), "openloop": aggregate_openloop(ol_rows),
-                             "plan_seconds": plan_s, "n_scenes": len(scenes),
-                             "decode": {"tokens": tokens, "forwards": forwards, "tok_s": tokens / plan_s if tokens else None,
-                                        "tpf": tokens / forwards if forwards else None,
-                                        "ms_per_token": 1e3 * plan_s / tokens if tokens else None}}
-            plans_by[name] = [pl.xy.tolist() if pl.xy is not None else None for pl in plans]
-    _write(out / "open_summary.json", results)
-    _write(out / "plans.json", {"scene_ids": [s.scene_id for s in scenes], "plans": plans_by})
-    return {"planners": results, "unreadable_scene_files": problems}
+    settings = OpenLoopSettings(pdms=PDMSConfig(reference_cache=str(out / "reference_cache")),
+                                plots=int(ev_cfg.get("bev_plots", 4)))
+    return {"planners": evaluate_open(p.planners(), scenes, out, settings, unreadable=problems),
+            "unreadable_scene_files": problems}
 
 
 def stage_closed(p) -> dict:
-    from wamdiff.eval.closedloop import aggregate_routes, route_set, run_routes
-    from wamdiff.eval.planners import make_planner
+    """Closed-loop dev routes in lockstep (model planners on the first `model_routes` routes)."""
+    from wamdiff.eval.closedloop import route_set
+    from wamdiff.eval.run import evaluate_closed
 
     cl = p.cfg["evaluate"].get("closedloop", {})
     routes = route_set(cl.get("routes", "dev"))[: cl.get("limit")]
     n_model = int(cl.get("model_routes", len(routes)))
-    results = {}
-    with _progress() as prog:
-        for name, spec in _planners(p).items():
-            rs = routes if not spec.startswith("model:") else routes[:n_model]
-            task = prog.add_task(f"{name}: closed loop", total=len(rs))
-            res = run_routes(make_planner(spec), rs, progress=lambda: prog.advance(task))
-            results[name] = {"spec": spec, **aggregate_routes(res),
-                             "routes": [{"name": r.route.name, "status": r.status, "success": r.success,
-                                         "completion": r.completion, "driving_score": r.driving_score} for r in res]}
-    _write(p.out / "eval" / "closed_summary.json", results)
-    return {"planners": results}
+    return {"planners": evaluate_closed(p.planners(), routes, p.out / "eval", model_routes=n_model,
+                                        route_set=cl.get("routes", "dev"))}
 
 
 def stage_qa(p) -> dict:
-    """Multi-task retention: exact match on the test split's question-answer pairs, each model in its own mode."""
+    """Multi-task retention: exact match on the test split's question-answer pairs, each model decoded as its
+    planner row is (its own decode settings, a short answer budget)."""
     import torch
 
-    from wamdiff.decoding import DecodeConfig, generate
-    from wamdiff.eval.planners import parse_flag
+    from wamdiff.decoding import generate
     from wamdiff.models import is_vision_model, load_image_processor, load_model
     from wamdiff.training.data import load_examples
     from wamdiff.training.evaluation import normalise_answer
 
     limit = int(p.cfg["evaluate"].get("qa_samples", 64))
     res = {}
-    for name, spec in p.cfg["evaluate"]["planners"].items():
-        if not spec.startswith("stage:"):
+    for name, spec in p.planners().items():
+        if spec.kind != "model" or not spec.text.startswith("stage:"):
             continue
-        stage, dec = p.stage_decode(spec)
-        model, tok = load_model(p.checkpoint(stage))
+        model, tok = load_model(spec.checkpoint)
         vision = bool(is_vision_model(model))
         examples = load_examples(p.data_dir / "test_qa.json", tok, vision=vision, limit=limit,
-                                 image_processor=load_image_processor(p.checkpoint(stage)) if vision else None)
-        cfg = (DecodeConfig(mode="ar", max_new_tokens=32) if dec.get("mode") == "ar" else
-               DecodeConfig(mode="block", block_size=int(dec.get("block", 32)), threshold=float(dec.get("threshold", 0.9)),
-                            max_steps_per_block=int(dec.get("steps", 32)), max_new_tokens=32,
-                            delayed_cache=parse_flag(str(dec.get("delayed", False)))))
+                                 image_processor=load_image_processor(spec.checkpoint) if vision else None)
+        config = replace(spec.decode, max_new_tokens=32)
         hits = 0
         with torch.inference_mode():
             for i in range(0, len(examples), 16):
                 chunk = examples[i:i + 16]
-                for e, g in zip(chunk, generate(model, tok, [e.prompt for e in chunk], cfg)):
+                for e, g in zip(chunk, generate(model, tok, [e.prompt for e in chunk], config)):
                     hits += normalise_answer(g.text) == normalise_answer(e.answer_text)
         res[name] = {"qa_exact_match": hits / max(1, len(examples)), "n": len(examples)}
     return {"planners": res}
@@ -159,10 +104,11 @@ def stage_bench(p) -> dict:
 
 def run_evaluation(p, run_stage) -> dict:
     ev = {"evaluate": p.cfg["evaluate"], "checkpoints": p.cfg.get("checkpoints")}  # what the results depend on
-    results = {"open": run_stage(p, "eval_open", lambda: stage_open(p), settings=ev)}
+    planned = {**ev, "version": EVAL_VERSION}  # stages that score plans
+    results = {"open": run_stage(p, "eval_open", lambda: stage_open(p), settings=planned)}
     if p.cfg["evaluate"].get("closedloop"):
-        results["closed"] = run_stage(p, "eval_closed", lambda: stage_closed(p), settings=ev)
-    results["qa"] = run_stage(p, "eval_qa", lambda: stage_qa(p), settings=ev)
+        results["closed"] = run_stage(p, "eval_closed", lambda: stage_closed(p), settings=planned)
+    results["qa"] = run_stage(p, "eval_qa", lambda: stage_qa(p), settings=planned)
     if p.cfg["evaluate"].get("top5_overlap"):
         results["overlap"] = run_stage(p, "overlap", lambda: stage_overlap(p), settings=ev)
     if p.cfg.get("bench"):

@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import platform
-import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +17,9 @@ from typing import Callable
 
 import yaml
 from rich.console import Console
+
+from wamdiff.jsonfile import write_json
+from wamdiff.provenance import provenance
 
 console = Console()
 
@@ -47,6 +47,11 @@ class Pipeline:
         p = cls(path, cfg, Path(cfg["out"]))
         for name, ckpt in (cfg.get("checkpoints") or {}).items():  # demo: shipped checkpoints
             p.checkpoints[name] = Path(ckpt)
+        if cfg.get("evaluate", {}).get("planners"):
+            try:
+                p.planners()  # every planner spec checked now, not after hours of training
+            except ValueError as err:
+                raise ValueError(f"{path}: evaluate.planners: {err}") from None
         return p
 
     @property
@@ -61,25 +66,40 @@ class Pipeline:
             return self.checkpoints[stage]
         return self.out / "ckpt" / stage / "final"
 
-    def stage_decode(self, spec: str) -> tuple[str, dict]:
-        """`stage:NAME[,key=value...]` -> (NAME, decode settings): `evaluate.decode` with the spec's own
-        options on top (e.g. `stage:block32_more,steps=4` for a capped-steps row of the same checkpoint)."""
-        from wamdiff.eval.planners import parse_options  # noqa: PLC0415
+    def planner(self, spec: str):
+        """A row's planner spec, typed: `stage:NAME[,key=value...]` is the model planner of that stage's checkpoint
+        with `evaluate.decode` under the spec's own options (e.g. `stage:block32_more,steps=4` for a capped-steps
+        row of the same checkpoint), answers in the data's format, AR decoding for an AR stage; any other text is
+        a planner spec as on the command line."""
+        from wamdiff.eval.specs import PlannerSpec, split_options  # noqa: PLC0415
 
-        stage, *items = spec.split(":", 1)[1].split(",")
-        dec = {**self.cfg.get("evaluate", {}).get("decode", {}), **parse_options(spec, items)}
-        if stage.endswith("ar_sft"):  # the AR model decodes autoregressively
-            dec.update(mode="ar")
-            dec.pop("block", None)
-        return stage, dec
-
-    def planner_spec(self, spec: str) -> str:
-        """`stage:NAME[,key=value...]` -> `model:<checkpoint>,<decode settings>`; other specs pass through."""
         if not spec.startswith("stage:"):
-            return spec
-        stage, dec = self.stage_decode(spec)
-        dec.setdefault("fmt", self.cfg["data"].get("fmt", "text2"))
-        return "model:" + ",".join([str(self.checkpoint(stage)), *(f"{k}={v}" for k, v in dec.items())])
+            return PlannerSpec.parse(spec)
+        stage, *items = spec.split(":", 1)[1].split(",")
+        options = {"fmt": self.cfg["data"].get("fmt", "text2"), **self.cfg.get("evaluate", {}).get("decode", {}),
+                   **split_options(spec, items)}
+        if not self.is_diffusion_stage(stage):
+            options["mode"] = "ar"
+            options.pop("block", None)
+        return PlannerSpec.model(self.checkpoint(stage), options, text=spec)
+
+    def planners(self) -> dict:
+        """{report row name: PlannerSpec} of `evaluate.planners`."""
+        return {name: self.planner(spec) for name, spec in self.cfg["evaluate"]["planners"].items()}
+
+    def is_diffusion_stage(self, stage: str) -> bool:
+        """Whether a stage's model decodes block by block: its recipe kind when the pipeline trains it, else the
+        shipped checkpoint's saved diffusion settings."""
+        from wamdiff.training.config import RecipeKind, read_recipe_yaml  # noqa: PLC0415
+
+        train = {s["name"]: s for s in self.cfg.get("train") or []}
+        if stage in train:
+            kind = (train[stage].get("set") or {}).get("kind") or read_recipe_yaml(train[stage]["recipe"]).get("kind")
+            return RecipeKind(kind or RecipeKind.AR_SFT).diffusion
+        config = self.checkpoint(stage) / "config.json"
+        if not config.is_file():
+            raise ValueError(f"{self.config_path}: stage {stage!r} is neither a training stage nor a checkpoint ({config})")
+        return "diffusion" in json.loads(config.read_text())
 
 
 def run_stage(p: Pipeline, name: str, fn: Callable[[], dict], settings=None) -> dict:
@@ -99,10 +119,7 @@ def run_stage(p: Pipeline, name: str, fn: Callable[[], dict], settings=None) -> 
     t0 = time.perf_counter()
     result = fn() or {}
     result = {**result, "stage": name, "stage_wall_s": round(time.perf_counter() - t0, 1), "settings_fingerprint": key}
-    f.parent.mkdir(parents=True, exist_ok=True)
-    tmp = f.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, indent=2, default=str))
-    tmp.replace(f)
+    write_json(f, result)
     _log(p, f"{name}: {result['stage_wall_s']} s")
     return result
 
@@ -160,17 +177,6 @@ def training_stages(p: Pipeline) -> list[dict]:
 
 
 # ------------------------------------------------------------------------------------------ entry points
-def provenance() -> dict:
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        commit = ""
-    import torch
-
-    return {"commit": commit, "python": platform.python_version(), "torch": torch.__version__,
-            "threads": torch.get_num_threads(), "machine": platform.machine(), "cpus": os.cpu_count()}
-
-
 def _threads(p: Pipeline) -> None:
     import torch
 
@@ -222,7 +228,7 @@ def export_checkpoints(config: str | Path, dest: str | Path, stages: list[str]) 
         save_model(model.to(torch.bfloat16), tok, dest / stage, image_processor=load_image_processor(src))
         f = p.stage_file(stage)
         record["stages"][stage] = json.loads(f.read_text()) if f.exists() else {}
-    (dest / "PROVENANCE.json").write_text(json.dumps(record, indent=2, default=str))
+    write_json(dest / "PROVENANCE.json", record)
     summary = p.out / "report" / "summary.csv"
     if summary.exists():
         shutil.copyfile(summary, dest / "pipeline_summary.csv")

@@ -16,11 +16,13 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from wamdiff.jsonfile import write_json
+
 COLUMNS = [  # (key, header, format)
     ("pdms", "PDMS", "{:.1f}"), ("nc", "NC", "{:.3f}"), ("dac", "DAC", "{:.3f}"), ("ttc", "TTC", "{:.3f}"),
     ("ep", "EP", "{:.3f}"), ("c", "C", "{:.3f}"),
     ("l2_1s", "L2@1s", "{:.2f}"), ("l2_2s", "L2@2s", "{:.2f}"), ("l2_3s", "L2@3s", "{:.2f}"), ("l2_4s", "L2@4s", "{:.2f}"),
-    ("parse_fail", "parse fail %", "{:.1f}"),
+    ("failed", "failed plans %", "{:.1f}"), ("fallback", "fallback plans", "{:d}"),
     ("cl_success", "CL success %", "{:.0f}"), ("cl_ds", "CL DS", "{:.1f}"), ("cl_routes", "CL routes", "{:d}"),
     ("tok_s", "tok/s", "{:.0f}"), ("ms_token", "ms/token", "{:.2f}"), ("tpf", "TPF", "{:.2f}"),
     ("speed_vs_ar", "× AR", "{:.2f}"), ("qa", "QA acc %", "{:.1f}"),
@@ -40,19 +42,21 @@ def table_rows(p, results: dict) -> list[dict]:
     open_ = _get(results, "open", "planners") or {}
     closed = _get(results, "closed", "planners") or {}
     qa_res = _get(results, "qa", "planners") or {}
-    ar_name = next((n for n, s in p.cfg["evaluate"]["planners"].items() if s == "stage:ar_sft"), None)
+    specs = p.planners()
+    ar_name = next((n for n, s in specs.items() if s.kind == "model" and s.decode.mode == "ar"), None)
     ar_tok_s = _get(open_, ar_name, "decode", "tok_s") if ar_name else None
     rows = []
-    for name, spec in p.cfg["evaluate"]["planners"].items():
+    for name, spec in specs.items():
         o, c = open_.get(name, {}), _get(closed, name, "overall") or {}
         pd, ol, dec = _get(o, "pdms", "overall") or {}, _get(o, "openloop", "overall") or {}, o.get("decode") or {}
         qa = _get(qa_res, name, "qa_exact_match")
         row = {
-            "planner": name, "spec": spec,
+            "planner": name, "spec": spec.text,
             "pdms": None if pd.get("pdms") is None else 100 * pd["pdms"],
             **{k: pd.get(k) for k in ("nc", "dac", "ttc", "ep", "c")},
             **{f"l2_{s}s": ol.get(f"l2_{s}.0s") for s in (1, 2, 3, 4)},
-            "parse_fail": None if ol.get("parse_failure_rate") is None else 100 * ol["parse_failure_rate"],
+            "failed": None if ol.get("failure_rate") is None else 100 * ol["failure_rate"],
+            "fallback": (o.get("n_fallback", 0) + c.get("n_fallback", 0)) if spec.fallback else None,
             "cl_success": None if c.get("success_rate") is None else 100 * c["success_rate"],
             "cl_ds": c.get("driving_score"), "cl_routes": c.get("n"),
             "tok_s": dec.get("tok_s"), "ms_token": dec.get("ms_per_token"), "tpf": dec.get("tpf"),
@@ -83,20 +87,26 @@ def _fmt(v, f: str) -> str:
         return str(v)
 
 
+def columns(rows: list[dict]) -> list[tuple]:
+    """The COLUMNS shown: the fallback count only where some planner opted in to a fallback."""
+    return [c for c in COLUMNS if c[0] != "fallback" or any(r.get("fallback") is not None for r in rows)]
+
+
 def print_table(rows: list[dict], console: Console | None = None) -> None:
     t = Table(title="wamdiff: planners on the default world", show_lines=False)
     t.add_column("planner")
-    for _, h, _ in COLUMNS:
+    for _, h, _ in columns(rows):
         t.add_column(h, justify="right")
     for r in rows:
-        t.add_row(r["planner"], *[_fmt(r.get(k), f) for k, _, f in COLUMNS])
+        t.add_row(r["planner"], *[_fmt(r.get(k), f) for k, _, f in columns(rows)])
     (console or Console(width=250)).print(t)
 
 
 def markdown_table(rows: list[dict]) -> str:
-    head = "| planner | " + " | ".join(h for _, h, _ in COLUMNS) + " |"
-    sep = "|---|" + "|".join("---:" for _ in COLUMNS) + "|"
-    body = ["| " + r["planner"] + " | " + " | ".join(_fmt(r.get(k), f) for k, _, f in COLUMNS) + " |" for r in rows]
+    cols = columns(rows)
+    head = "| planner | " + " | ".join(h for _, h, _ in cols) + " |"
+    sep = "|---|" + "|".join("---:" for _ in cols) + "|"
+    body = ["| " + r["planner"] + " | " + " | ".join(_fmt(r.get(k), f) for k, _, f in cols) + " |" for r in rows]
     return "\n".join([head, sep, *body])
 
 
@@ -124,47 +134,9 @@ def plot_l2_horizon(results: dict, path: Path) -> None:
     plt.close(fig)
 
 
-def plot_bev_examples(p, results: dict, out_dir: Path, n: int = 4) -> list[Path]:
-    """BEV of a few test scenes with every planner's trajectory (the world's viewer draws the scene)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    from wamdiff.driving.scene import Scene
-    from wamdiff.driving.viewer import plot_scene
-
-    plans_file = p.out / "eval" / "plans.json"
-    if not plans_file.exists():
-        return []
-    plans = json.loads(plans_file.read_text())
-    ids = plans["scene_ids"]
-    picked, seen = [], set()
-    for i, sid in enumerate(ids):  # one scene per family first
-        fam = sid.split("_")[0]
-        if fam not in seen:
-            seen.add(fam)
-            picked.append(i)
-    picked = picked[:n]
-    paths = []
-    for i in picked:
-        scene = Scene.load(p.data_dir / "scenes" / ids[i])
-        # the viewer draws the logged expert future itself
-        traj = {name: np.asarray(xy) for name, pl in plans["plans"].items() if (xy := pl[i]) is not None and name != "expert"}
-        fig, ax = plt.subplots(figsize=(6, 6))
-        plot_scene(scene, traj, ax=ax)
-        ax.set_title(f"{ids[i]} ({scene.command})", fontsize=9)
-        path = out_dir / f"bev_{ids[i]}.png"
-        fig.savefig(path, dpi=110, bbox_inches="tight")
-        plt.close(fig)
-        paths.append(path)
-    return paths
-
-
 # ------------------------------------------------------------------------------------------ report
 def write_report(p, results: dict) -> Path:
-    from wamdiff.pipeline import provenance
+    from wamdiff.provenance import provenance
 
     out = p.out / "report"
     out.mkdir(parents=True, exist_ok=True)
@@ -174,10 +146,12 @@ def write_report(p, results: dict) -> Path:
         w = csv.DictWriter(fh, fieldnames=["planner", "spec", *[k for k, _, _ in COLUMNS]])
         w.writeheader()
         w.writerows(rows)
-    (out / "summary.json").write_text(json.dumps({"rows": rows, "provenance": provenance(), "results": results},
-                                                 indent=2, default=str))
+    write_json(out / "summary.json", {"rows": rows, "provenance": provenance(), "results": results})
     plot_l2_horizon(results, out / "l2_horizon.png")
-    bevs = plot_bev_examples(p, results, out)
+    bevs = []
+    for bev in sorted((p.out / "eval" / "bev").glob("*.png")):  # drawn by the evaluation (eval.run)
+        bevs.append(out / f"bev_{bev.name}")
+        shutil.copyfile(bev, bevs[-1])
     bench = results.get("bench") or {}
     speed_png = None
     if bench.get("plot") and Path(bench["plot"]).exists():
@@ -188,9 +162,12 @@ def write_report(p, results: dict) -> Path:
         f"Config `{p.config_path}`, commit `{provenance()['commit'][:10]}`, {provenance()['threads']} torch threads.", "",
         "## Planners on the default world (test split; closed loop on the dev routes)", "",
         markdown_table(rows), "",
-        "PDMS on the 0–100 scale (NAVSIM v1.1 definition); L2 in metres to the expert's logged trajectory at each "
-        "horizon; tok/s, ms/token and TPF measured while planning the test scenes (batched); × AR = tok/s ratio "
-        "to the AR VLA in the same run; QA = multi-task exact match after training.", "",
+        "PDMS on the 0–100 scale (NAVSIM v1.1 definition); a failed plan (text that does not parse, a planner "
+        "error) scores PDMS 0 and fails its closed-loop route, and `failed plans %` is its share of the test scenes; "
+        "L2 in metres to the expert's logged trajectory at each horizon, over the plans that exist; `fallback plans` "
+        "(only where a spec opted in with `fallback=`) counts the plans, test scenes and closed-loop replans, that "
+        "the fallback planner drew instead; tok/s, ms/token and TPF measured while planning the test scenes "
+        "(batched); × AR = tok/s ratio to the AR VLA in the same run; QA = multi-task exact match after training.", "",
     ]
     if bench:
         lines += ["## Decoding speed, side by side (AR VLA vs diffusion student, same prompts)", "",
@@ -214,7 +191,8 @@ def write_report(p, results: dict) -> Path:
         lines += ["## Example scenes (BEV)", ""] + [f"![{b.stem}]({b.name})" for b in bevs] + [""]
     training = results.get("training") or {}
     if training:
-        lines += ["## Training stages", "", "| stage | steps | val masked acc | val AR acc | top-5 overlap | QA start | QA end | tok/s | wall s |",
+        lines += ["## Training stages", "",
+                  "| stage | steps | val masked acc | val AR acc | top-5 overlap | QA start | QA end | tok/s | wall s |",
                   "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for name, t in training.items():
             lines.append(f"| {name} | {_fmt(t.get('steps'), '{:d}')} | {_fmt(t.get('val_masked_acc'), '{:.3f}')} | "

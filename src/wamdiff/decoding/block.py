@@ -79,7 +79,7 @@ def decode_block(
     mask_id: int,
     eos_id: int,
     pad_id: int,
-    threshold: float = 0.9,
+    threshold: float,
     max_steps: int = 32,
     strategy: str = "threshold",
     fused_commit: bool = True,

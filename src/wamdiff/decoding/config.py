@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Literal
 
 import torch
@@ -56,26 +56,88 @@ class DecodeConfig:
     attention: Literal["sdpa", "flashinfer", "torch_paged"] = "sdpa"
 
     def __post_init__(self) -> None:
-        if self.attention not in ATTENTIONS:
-            raise ValueError(f"DecodeConfig.attention must be one of {ATTENTIONS}, got {self.attention!r}")
-        if self.mode not in ("ar", "block"):
-            raise ValueError(f"DecodeConfig.mode must be 'ar' or 'block', got {self.mode!r}")
-        if self.strategy not in ("threshold", "fixed"):
-            raise ValueError(f"DecodeConfig.strategy must be 'threshold' or 'fixed', got {self.strategy!r}")
-        if self.block_size is not None and (not isinstance(self.block_size, int) or self.block_size <= 0):
-            raise ValueError(f"DecodeConfig.block_size must be a positive int or None, got {self.block_size!r}")
-        if not 0.0 <= float(self.threshold) <= 1.0:
-            raise ValueError(f"DecodeConfig.threshold must lie in [0, 1], got {self.threshold!r}")
-        if self.max_steps_per_block < 1:
-            raise ValueError(f"DecodeConfig.max_steps_per_block must be >= 1, got {self.max_steps_per_block!r}")
-        if self.max_new_tokens < 1:
-            raise ValueError(f"DecodeConfig.max_new_tokens must be >= 1, got {self.max_new_tokens!r}")
+        for name in ("mode", "strategy", "attention", "block_size", "threshold", "max_steps_per_block", "max_new_tokens"):
+            reason = _field_error(name, getattr(self, name))
+            if reason:
+                raise ValueError(f"DecodeConfig.{name} {reason}")
         if isinstance(self.dtype, str):
-            names = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16,
-                     "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16}
-            if self.dtype not in names:
-                raise ValueError(f"DecodeConfig.dtype {self.dtype!r} unknown; use one of {sorted(names)}")
-            self.dtype = names[self.dtype]
+            if self.dtype not in DTYPE_NAMES:
+                raise ValueError(f"DecodeConfig.dtype {self.dtype!r} unknown; use one of {sorted(DTYPE_NAMES)}")
+            self.dtype = DTYPE_NAMES[self.dtype]
+
+    @classmethod
+    def from_options(cls, options: dict, where: str = "decode options") -> "DecodeConfig":
+        """A config from short `key=value` options (planner specs, a pipeline's `evaluate.decode`): values may be
+        text ("32", "yes") or typed; an unknown key or a bad value raises ValueError naming `where` and the option."""
+        kwargs = {}
+        for key, value in options.items():
+            if key not in OPTION_FIELDS:
+                raise ValueError(f"{where}: unknown decode option {key!r} (known: {', '.join(OPTION_FIELDS)})")
+            name = OPTION_FIELDS[key]
+            kind = _FIELD_TYPES[name]
+            try:
+                kwargs[name] = _cast(value, kind)
+            except ValueError:
+                raise ValueError(f"{where}: option {key}={value!r} is not {_KIND_WORDS[kind]}") from None
+            reason = _field_error(name, kwargs[name])
+            if reason:
+                raise ValueError(f"{where}: option {key}={value!r}: {reason}")
+        try:
+            return cls(**kwargs)
+        except ValueError as err:
+            raise ValueError(f"{where}: {err}") from None
+
+
+# short option name (planner specs, `evaluate.decode` in a pipeline YAML) -> DecodeConfig field
+OPTION_FIELDS = {"mode": "mode", "block": "block_size", "threshold": "threshold", "steps": "max_steps_per_block",
+                 "strategy": "strategy", "max_new_tokens": "max_new_tokens", "delayed": "delayed_cache",
+                 "fused_commit": "fused_commit", "dtype": "dtype", "compile": "compile", "attention": "attention"}
+_FIELD_TYPES = {"mode": str, "block_size": int, "threshold": float, "max_steps_per_block": int, "strategy": str,
+                "max_new_tokens": int, "delayed_cache": bool, "fused_commit": bool, "dtype": str, "compile": bool,
+                "attention": str}
+_KIND_WORDS = {int: "an integer", float: "a number", bool: "yes/no", str: "text"}
+assert set(_FIELD_TYPES) <= {f.name for f in fields(DecodeConfig)}
+DTYPE_NAMES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
+               "fp16": torch.float16, "float16": torch.float16}
+
+
+def _field_error(name: str, value) -> str | None:
+    """Why `value` is not valid for DecodeConfig field `name` (None when it is)."""
+    if name == "mode" and value not in ("ar", "block"):
+        return f"must be 'ar' or 'block', got {value!r}"
+    if name == "strategy" and value not in ("threshold", "fixed"):
+        return f"must be 'threshold' or 'fixed', got {value!r}"
+    if name == "attention" and value not in ATTENTIONS:
+        return f"must be one of {ATTENTIONS}, got {value!r}"
+    if name == "block_size" and value is not None and (not isinstance(value, int) or value <= 0):
+        return f"must be a positive int or None, got {value!r}"
+    if name == "threshold" and not 0.0 < float(value) <= 1.0:
+        return f"must lie in (0, 1], got {value!r}"
+    if name in ("max_steps_per_block", "max_new_tokens") and value < 1:
+        return f"must be >= 1, got {value!r}"
+    return None
+
+
+def parse_flag(value: str) -> bool:
+    """A yes/no option value: 1/true/yes/on or 0/false/no/off."""
+    word = str(value).strip().lower()
+    if word not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+        raise ValueError(f"not a yes/no value: {value!r}")
+    return word in ("1", "true", "yes", "on")
+
+
+def _cast(value, kind: type):
+    if kind is bool:
+        return value if isinstance(value, bool) else parse_flag(value)
+    if kind is int:
+        if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+            raise ValueError(value)
+        return int(value)
+    if kind is float:
+        if isinstance(value, bool):
+            raise ValueError(value)
+        return float(value)
+    return str(value)
 
 
 @dataclass

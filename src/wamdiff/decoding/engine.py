@@ -8,17 +8,9 @@ from wamdiff.decoding.ar import decode_ar
 from wamdiff.decoding.block import decode_block
 from wamdiff.decoding.config import DecodeConfig, Generation
 from wamdiff.decoding.runner import StepRunner, collate_prompts
-from wamdiff.models.tokens import IM_END, MASK, PAD
+from wamdiff.models.tokens import IM_END, MASK, PAD, token_id
 
 PROMPT_BUCKET = 32  # compiled / CUDA-graph steps: prompt widths rounded up to this (bounded number of shapes)
-
-
-def token_id(tokenizer, token: str) -> int:
-    i = tokenizer.convert_tokens_to_ids(token)
-    unk = getattr(tokenizer, "unk_token_id", None)
-    if i is None or (unk is not None and i == unk and token != getattr(tokenizer, "unk_token", None)):
-        raise ValueError(f"tokenizer has no {token!r} token")
-    return int(i)
 
 
 def model_block_settings(model, tokenizer) -> tuple[int | None, int | None]:

@@ -17,8 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from wamdiff.models.tokens import BIN_TOKENS, DELTA_X_TOKENS, DELTA_Y_TOKENS, IM_END
-
+from wamdiff.models.tokens import BIN_TOKENS, DELTA_X_TOKENS, DELTA_Y_TOKENS, IM_END, token_id
 
 GRAMMAR_FORMATS = ("bins", "delta", "fixed1", "fixed2")  # trajectory formats whose token positions never shift
 
@@ -33,12 +32,10 @@ class Grammar:
     @classmethod
     def from_template(cls, tokenizer, template, name: str = "template") -> "Grammar":
         def ids(tokens):
-            out = [tokenizer.convert_tokens_to_ids(t) for t in tokens]
-            unk = getattr(tokenizer, "unk_token_id", None)
-            bad = [t for t, i in zip(tokens, out) if i is None or (unk is not None and i == unk)]
-            if bad:
-                raise ValueError(f"grammar template {name!r}: tokenizer has no token for {bad}")
-            return out
+            try:
+                return [token_id(tokenizer, t) for t in tokens]
+            except ValueError as err:
+                raise ValueError(f"grammar template {name!r}: {err}") from None
 
         class_tokens = {"S": ["+", "-"], "D": [str(d) for d in range(10)], "B": BIN_TOKENS, "X": DELTA_X_TOKENS,
                         "Y": DELTA_Y_TOKENS}

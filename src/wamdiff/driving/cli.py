@@ -85,12 +85,13 @@ def quantization(
 ) -> None:
     """Mean L2 quantisation error per answer format (floors: text2 0.004 m, text1 0.038 m, 256 bins 0.143 m)."""
     from wamdiff.driving.dataset import quantization_report
+    from wamdiff.jsonfile import write_json
 
     rep = quantization_report(data, split)
     for fmt, err in rep.items():
         typer.echo(f"{fmt:8s} {err:.4f}" if fmt != "scenes" else f"scenes   {err}")
     if out:
-        out.write_text(json.dumps(rep, indent=1))
+        write_json(out, rep)
 
 
 @app.command()

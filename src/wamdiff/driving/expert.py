@@ -24,16 +24,7 @@ from highway_env import utils
 from highway_env.vehicle.behavior import IDMVehicle
 from highway_env.vehicle.kinematics import Vehicle
 
-# nuPlan / NAVSIM comfort bounds (DESIGN 2.5 C): strict inequalities over the 41 states of 0..4 s.
-COMFORT_BOUNDS = {
-    "lon_acc_max": 2.40,
-    "lon_acc_min": -4.05,
-    "lat_acc": 4.89,
-    "jerk": 8.37,
-    "lon_jerk": 4.13,
-    "yaw_acc": 1.93,
-    "yaw_rate": 0.95,
-}
+from wamdiff.comfort_bounds import COMFORT_BOUNDS
 
 
 def _clip(x: float, lo: float, hi: float) -> float:
@@ -493,16 +484,17 @@ def comfort_violations(poses: np.ndarray, speeds: np.ndarray, dt: float = 0.1) -
     lon_jerk = savgol_filter(savgol_filter(acc_x, odd(8), 2), odd(n), 2, deriv=1, delta=dt)
     yaw_rate = savgol_filter(heading, odd(5), 2, deriv=1, delta=dt)
     yaw_acc = savgol_filter(heading, odd(5), 3, deriv=2, delta=dt)
-    checks = {
-        "lon_acc_max": (lon_acc.max(), lon_acc.max() < COMFORT_BOUNDS["lon_acc_max"]),
-        "lon_acc_min": (lon_acc.min(), lon_acc.min() > COMFORT_BOUNDS["lon_acc_min"]),
-        "lat_acc": (np.abs(lat_acc).max(), np.abs(lat_acc).max() < COMFORT_BOUNDS["lat_acc"]),
-        "jerk": (np.abs(jerk).max(), np.abs(jerk).max() < COMFORT_BOUNDS["jerk"]),
-        "lon_jerk": (np.abs(lon_jerk).max(), np.abs(lon_jerk).max() < COMFORT_BOUNDS["lon_jerk"]),
-        "yaw_acc": (np.abs(yaw_acc).max(), np.abs(yaw_acc).max() < COMFORT_BOUNDS["yaw_acc"]),
-        "yaw_rate": (np.abs(yaw_rate).max(), np.abs(yaw_rate).max() < COMFORT_BOUNDS["yaw_rate"]),
+    lo, hi = {k: b[0] for k, b in COMFORT_BOUNDS.items()}, {k: b[1] for k, b in COMFORT_BOUNDS.items()}
+    checks = {  # the symmetric bounds are checked on the magnitude
+        "lon_acc_max": (lon_acc.max(), lon_acc.max() < hi["lon_acc"]),
+        "lon_acc_min": (lon_acc.min(), lon_acc.min() > lo["lon_acc"]),
+        "lat_acc": (np.abs(lat_acc).max(), np.abs(lat_acc).max() < hi["lat_acc"]),
+        "jerk": (np.abs(jerk).max(), np.abs(jerk).max() < hi["jerk"]),
+        "lon_jerk": (np.abs(lon_jerk).max(), np.abs(lon_jerk).max() < hi["lon_jerk"]),
+        "yaw_acc": (np.abs(yaw_acc).max(), np.abs(yaw_acc).max() < hi["yaw_acc"]),
+        "yaw_rate": (np.abs(yaw_rate).max(), np.abs(yaw_rate).max() < hi["yaw_rate"]),
     }
     return {name: float(v) for name, (v, ok) in checks.items() if not ok}
 
 
-__all__ = ["ExpertVehicle", "TrafficVehicle", "IntersectionTrafficVehicle", "comfort_violations", "COMFORT_BOUNDS"]
+__all__ = ["ExpertVehicle", "TrafficVehicle", "IntersectionTrafficVehicle", "comfort_violations"]

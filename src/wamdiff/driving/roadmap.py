@@ -34,7 +34,7 @@ class RoadGeometry:
     def __init__(self, family: str, network):
         from highway_env.road.lane import StraightLane
 
-        from wamdiff.driving.world import is_junction_lane
+        from wamdiff.driving.world import family_spec, is_junction_lane
 
         self.family = family
         self.lanes = []  # (lane_index, samples dict)
@@ -46,9 +46,10 @@ class RoadGeometry:
         polys = {li: Polygon(np.concatenate([smp["left"], smp["right"][::-1]])).buffer(0) for li, smp in self.lanes}
         junction = [polys[li] for li, _ in self.lanes if is_junction_lane(family, li)]
         self.intersections: list[Polygon] = []
-        if family == "intersection" and junction:
+        shape = family_spec(family).junction
+        if shape == "box" and junction:
             self.intersections = [unary_union(junction).convex_hull]
-        elif family == "roundabout" and junction:
+        elif shape == "ring" and junction:
             ring = unary_union(junction).buffer(RING_MARGIN)
             mouths = []
             for arm in ("s", "e", "n", "w"):

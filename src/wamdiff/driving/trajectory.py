@@ -28,10 +28,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from wamdiff.models import tokens as T
+from wamdiff.models.tokens import IM_END, N_BINS, PAD, bin_token
 
 FORMATS = ("text2", "text1", "fixed1", "fixed2", "bins", "delta")
 N_POINTS = 8
-BINS = 256
+BINS = N_BINS  # one token per bin (models.tokens)
 BIN_RANGE_X = (-5.0, 120.0)
 BIN_RANGE_Y = (-30.0, 30.0)
 MAX_ABS = 250.0  # m: sanity bound; nothing drives further than this in 4 s
@@ -47,14 +48,6 @@ class ParsedTrajectory:
     ok: bool
     xy: np.ndarray | None  # (8, 2) when ok
     reason: str = ""
-
-
-def bin_token(i: int) -> str:
-    return f"<|bin_{int(i)}|>"
-
-
-def bin_tokens() -> list[str]:
-    return [bin_token(i) for i in range(BINS)]
 
 
 def _bin_index(v: np.ndarray, lo: float, hi: float) -> np.ndarray:
@@ -94,7 +87,7 @@ def format_trajectory(xy, fmt: str = "text2") -> str:
     if fmt == "bins":
         ix = _bin_index(xy[:, 0], *BIN_RANGE_X)
         iy = _bin_index(xy[:, 1], *BIN_RANGE_Y)
-        return "".join(bin_token(a) + bin_token(b) for a, b in zip(ix, iy))
+        return "".join(bin_token(int(a)) + bin_token(int(b)) for a, b in zip(ix, iy))
     if fmt == "delta":
         ix, iy = _delta_codes(xy)
         return "".join(T.DELTA_X_TOKENS[a] + T.DELTA_Y_TOKENS[b] for a, b in zip(ix, iy))
@@ -123,7 +116,7 @@ def _parse(text, fmt: str) -> ParsedTrajectory:
         return ParsedTrajectory(False, None, f"not text ({type(text).__name__})")
     if fmt not in FORMATS:
         return ParsedTrajectory(False, None, f"unknown format {fmt!r}")
-    body = text.replace("<|im_end|>", "").replace("<|endoftext|>", "").strip()
+    body = text.replace(IM_END, "").replace(PAD, "").strip()
     if not body:
         return ParsedTrajectory(False, None, "empty")
     if fmt == "bins":

@@ -14,7 +14,7 @@ import numpy as np
 from wamdiff.driving import geometry as geo
 from wamdiff.driving.scene import Scene
 
-_EXTRA_COLOURS = ["tab:blue", "tab:orange", "tab:purple", "tab:brown", "tab:pink", "tab:cyan", "tab:olive"]
+PLAN_COLOURS = ["tab:blue", "tab:orange", "tab:purple", "tab:brown", "tab:pink", "tab:cyan", "tab:olive"]
 
 
 def plot_scene(scene: Scene, trajectories: dict[str, np.ndarray] | None = None, ax=None, extent: float = 60.0):
@@ -53,7 +53,7 @@ def plot_scene(scene: Scene, trajectories: dict[str, np.ndarray] | None = None, 
         ax.plot(f[:, 0], f[:, 1], "o-", color="tab:red", ms=3, lw=1.5, zorder=6, label="expert")
     for k, (label, traj) in enumerate((trajectories or {}).items()):
         t = scr(np.vstack([[0, 0], np.asarray(traj)[:, :2]]))
-        ax.plot(t[:, 0], t[:, 1], "s-", color=_EXTRA_COLOURS[k % len(_EXTRA_COLOURS)], ms=3, lw=1.2, zorder=7, label=label)
+        ax.plot(t[:, 0], t[:, 1], "s-", color=PLAN_COLOURS[k % len(PLAN_COLOURS)], ms=3, lw=1.2, zorder=7, label=label)
     ax.set_xlim(-extent / 2, extent / 2)
     ax.set_ylim(-extent / 4, extent * 0.75 + 20)
     ax.set_aspect("equal")

@@ -2,9 +2,12 @@
 
 Families (`FAMILIES`): highway, merge, roundabout, intersection. Each is a highway-env env subclass that builds
 the road, places traffic from its own seeded RNG (density, speeds configurable, see `WorldConfig`) and puts an
-`ExpertVehicle` (expert.py) on a planned route. The env's reward code is overridden (highway-env's merge /
-roundabout `_rewards` compare the action to ints and two-way / u-turn need `target_speeds`: continuous actions
-crashed there). The env's `step()` is never used: `World.step` calls `road.act(); road.step(dt)` at 10 Hz.
+`ExpertVehicle` (expert.py) on a planned route. `FAMILY_REGISTRY` holds one line per family (its env class,
+config defaults, closed-loop dev routes, junction shape): a new family is a new env subclass plus one line there;
+data generation, the map layers, closed-loop route sets and the reports pick it up from the registry.
+The env's reward code is overridden (highway-env's merge / roundabout `_rewards` compare the action to ints and
+two-way / u-turn need `target_speeds`: continuous actions crashed there). The env's `step()` is never used:
+`World.step` calls `road.act(); road.step(dt)` at 10 Hz.
 
 Closed-loop use (the evaluation engineer's entry point)::
 
@@ -39,13 +42,12 @@ from highway_env.road.road import Road, RoadNetwork
 from wamdiff.driving import geometry as geo
 from wamdiff.driving.expert import ExpertVehicle, IntersectionTrafficVehicle, TrafficVehicle, speed_cap_from_curvature
 
-FAMILIES = ("highway", "merge", "roundabout", "intersection")
 SIM_DT = 0.1
 
 
 @dataclass
 class WorldConfig:
-    """Knobs of a family. `None` means the family's default (see `FAMILY_DEFAULTS`)."""
+    """Knobs of a family. `None` means the family's default (`FAMILY_REGISTRY`)."""
 
     density: float = 1.0  # traffic density multiplier (1 = the family's nominal traffic)
     speed_scale: float = 1.0  # multiplies every desired speed (traffic and ego)
@@ -59,21 +61,12 @@ class WorldConfig:
 
     @classmethod
     def for_family(cls, family: str, **overrides) -> "WorldConfig":
-        if family not in FAMILIES:
-            raise ValueError(f"unknown family {family!r}; expected one of {FAMILIES}")
+        defaults = family_spec(family).defaults
         unknown = set(overrides) - {f.name for f in fields(cls)}
         if unknown:
             raise ValueError(f"unknown world option(s) {sorted(unknown)}")
-        cfg = cls(**{**FAMILY_DEFAULTS[family], **{k: v for k, v in overrides.items() if v is not None}})
+        cfg = cls(**{**defaults, **{k: v for k, v in overrides.items() if v is not None}})
         return cfg
-
-
-FAMILY_DEFAULTS = {
-    "highway": dict(lanes=3, ego_speed=(21.0, 29.0), traffic_speed=(19.0, 29.0), lane_change_prob=0.35),
-    "merge": dict(lanes=2, ego_speed=(21.0, 27.0), traffic_speed=(20.0, 28.0), lane_change_prob=0.3),
-    "roundabout": dict(lanes=2, ego_speed=(8.0, 11.0), traffic_speed=(7.0, 11.0), lane_change_prob=0.0),
-    "intersection": dict(lanes=1, ego_speed=(7.0, 9.0), traffic_speed=(6.0, 9.0), lane_change_prob=0.0),
-}
 
 
 class _NullObservation:
@@ -89,6 +82,11 @@ class _NoRewardMixin:
     """Continuous actions broke highway-env's reward code (action compared to ints / target_speeds): neutralise."""
 
     FAMILY = "highway"
+
+    @staticmethod
+    def is_junction_lane(lane_index) -> bool:
+        """Lanes inside a junction (intersection box, roundabout ring): the command is the turn taken through them."""
+        return False
 
     def _rewards(self, action) -> dict[str, float]:
         return {"collision_reward": float(self.vehicle.crashed) if self.vehicle else 0.0}
@@ -214,6 +212,12 @@ class RoundaboutFamily(_NoRewardMixin, RoundaboutEnv):
     FAMILY = "roundabout"
 
     EXITS = ("exr", "nxr", "wxr")  # right (first exit), straight, left
+    RING_NODES = frozenset({"se", "ex", "ee", "nx", "ne", "wx", "we", "sx"})
+
+    @staticmethod
+    def is_junction_lane(lane_index) -> bool:
+        _from, _to, _ = lane_index
+        return _from in RoundaboutFamily.RING_NODES and _to in RoundaboutFamily.RING_NODES
 
     def _make_vehicles(self) -> None:
         cfg, rng = self.wcfg, self.np_random
@@ -236,13 +240,18 @@ class RoundaboutFamily(_NoRewardMixin, RoundaboutEnv):
             if rng.uniform() < min(1.0, 0.6 * cfg.density):
                 self._traffic(entry, rng.uniform(30, 110), rng.uniform(*speed), destination=str(rng.choice(["exr", "nxr", "wxr", "sxr"])))
         if rng.uniform() < min(1.0, 0.4 * cfg.density):  # a follower behind the ego
-            self._traffic(("ser", "ses", 0), max(0.0, s0 - rng.uniform(20, 35)), rng.uniform(*speed), destination=str(rng.choice(["exr", "nxr", "wxr"])))
+            self._traffic(("ser", "ses", 0), max(0.0, s0 - rng.uniform(20, 35)), rng.uniform(*speed),
+                          destination=str(rng.choice(["exr", "nxr", "wxr"])))
         self._settle_ego()
         self.route_plan = _junction_route(self, destination)
 
 
 class IntersectionFamily(_NoRewardMixin, IntersectionEnv):
     FAMILY = "intersection"
+
+    @staticmethod
+    def is_junction_lane(lane_index) -> bool:
+        return lane_index[0].startswith("ir")
 
     @classmethod
     def default_config(cls) -> dict:
@@ -276,20 +285,39 @@ class UTurnFamily(_NoRewardMixin, UTurnEnv):
     """Not a default family; kept runnable with continuous actions (upstream `_rewards` needs target_speeds)."""
 
 
-ENV_CLASSES = {"highway": HighwayFamily, "merge": MergeFamily, "roundabout": RoundaboutFamily, "intersection": IntersectionFamily}
-JUNCTION_NODES = {
-    "roundabout": {"se", "ex", "ee", "nx", "ne", "wx", "we", "sx"},
+@dataclass(frozen=True)
+class Family:
+    """What the rest of the code knows about a scenario family."""
+
+    env: type  # the highway-env subclass that builds its road, traffic and the ego's route
+    defaults: dict  # its `WorldConfig` values
+    dev_routes: int  # its routes in the closed-loop "dev" set (seeded; the "full" set has 25 per family)
+    junction: str | None = None  # how its junction area is drawn on the map: "box" (convex hull) or "ring"
+
+
+# The registry: one line per family. Order matters: it fixes closed-loop route seeds and report order.
+FAMILY_REGISTRY = {
+    "highway": Family(HighwayFamily, dict(lanes=3, ego_speed=(21.0, 29.0), traffic_speed=(19.0, 29.0),
+                                          lane_change_prob=0.35), dev_routes=3),
+    "merge": Family(MergeFamily, dict(lanes=2, ego_speed=(21.0, 27.0), traffic_speed=(20.0, 28.0),
+                                      lane_change_prob=0.3), dev_routes=2),
+    "roundabout": Family(RoundaboutFamily, dict(lanes=2, ego_speed=(8.0, 11.0), traffic_speed=(7.0, 11.0),
+                                                lane_change_prob=0.0), dev_routes=3, junction="ring"),
+    "intersection": Family(IntersectionFamily, dict(lanes=1, ego_speed=(7.0, 9.0), traffic_speed=(6.0, 9.0),
+                                                    lane_change_prob=0.0), dev_routes=2, junction="box"),
 }
+FAMILIES = tuple(FAMILY_REGISTRY)
+
+
+def family_spec(family: str) -> Family:
+    if family not in FAMILY_REGISTRY:
+        raise ValueError(f"unknown family {family!r}; expected one of {FAMILIES}")
+    return FAMILY_REGISTRY[family]
 
 
 def is_junction_lane(family: str, lane_index) -> bool:
     """Lanes inside a junction (intersection box, roundabout ring): the command is the turn taken through them."""
-    _from, _to, _ = lane_index
-    if family == "intersection":
-        return _from.startswith("ir")
-    if family == "roundabout":
-        return _from in JUNCTION_NODES["roundabout"] and _to in JUNCTION_NODES["roundabout"]
-    return False
+    return family_spec(family).env.is_junction_lane(lane_index)
 
 
 # -- routes ------------------------------------------------------------------------------------------------------
@@ -345,7 +373,8 @@ def _junction_route(env, destination: str) -> RoutePlan:
     return RoutePlan(lanes, destination=destination)
 
 
-def build_route_centerline(network, plan: RoutePlan, start_s: float, length: float, step: float = 1.0) -> tuple[np.ndarray, np.ndarray, list]:
+def build_route_centerline(network, plan: RoutePlan, start_s: float, length: float,
+                           step: float = 1.0) -> tuple[np.ndarray, np.ndarray, list]:
     """The route as a world-frame polyline from `start_s` on its first lane, `length` m long.
 
     Returns (xy (N,2), lane speed limit per point, the lane index of every point). A lane change becomes a 30 m
@@ -419,7 +448,8 @@ class World:
         self._log: list[np.ndarray] = []  # per tick: t, x, y, heading, vx, vy (world, rear axle), speed
         self._build_route()
         # highway-env follows roads, not lane changes: give it one entry per road (the lane it should end on)
-        self.ego.route = [li for k, li in enumerate(self.plan.lanes) if k + 1 == len(self.plan.lanes) or self.plan.lanes[k + 1][:2] != li[:2]]
+        lanes = self.plan.lanes
+        self.ego.route = [li for k, li in enumerate(lanes) if k + 1 == len(lanes) or lanes[k + 1][:2] != li[:2]]
         self.ego.lane_changes = list(self.plan.changes)
         self.ego.is_junction_lane = functools.partial(is_junction_lane, family)
         self._cull()
@@ -538,13 +568,12 @@ class World:
 
 @functools.lru_cache(maxsize=None)
 def _env_cache(family: str):
-    return ENV_CLASSES[family]()
+    return FAMILY_REGISTRY[family].env()
 
 
 def _env_for(family: str):
     """One env object per family per process, re-used across seeds (construction is the slow part)."""
-    if family not in ENV_CLASSES:
-        raise ValueError(f"unknown family {family!r}; expected one of {FAMILIES}")
+    family_spec(family)  # a clear error for an unknown name
     return _env_cache(family)
 
 
@@ -575,6 +604,7 @@ def route_completed(world: World, tolerance: float = 5.0) -> bool:
 
 
 __all__ = [
-    "FAMILIES", "WorldConfig", "World", "make_world", "route_progress", "route_completed", "route_length",
+    "FAMILIES", "FAMILY_REGISTRY", "Family", "family_spec", "WorldConfig", "World", "make_world", "route_progress",
+    "route_completed", "route_length",
     "is_junction_lane", "RoutePlan",
 ]

@@ -1,7 +1,8 @@
 """`wamdiff eval`: PDMS, open-loop and closed-loop evaluation of planners, plus the scoring benchmark.
 
-Every command writes a results directory: one CSV per planner (a row per scene / route), one JSON aggregate
-per planner, a summary JSON over all planners, and PNG plots. Every output carries the metric version.
+Every command is a thin wrapper over `eval.run` (the same entry the pipeline and the demo use) and writes a
+results directory: one CSV per planner (a row per scene / route), one JSON aggregate per planner, a summary JSON
+over all planners, and PNG plots. Every output carries the metric version.
 """
 
 from __future__ import annotations
@@ -9,19 +10,13 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import numpy as np
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 app = typer.Typer(help="Evaluate planners: NAVSIM-style PDMS, open-loop L2, closed-loop success.", no_args_is_help=True,
                   add_completion=False)
 console = Console()
-
-
-def _progress() -> Progress:
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console)
 
 
 def _load(data: str, split: str | None, families: str | None, limit: int | None):
@@ -39,6 +34,9 @@ def _load(data: str, split: str | None, families: str | None, limit: int | None)
     return scenes, problems
 
 
+HEADERS = {"n_failed": "failed", "n_failed_plans": "failed plans", "n_fallback": "fallback"}  # headline counts
+
+
 def _table(title: str, aggregates: dict[str, dict], cols: list[str], chunk: int = 7) -> None:
     """Planner x family tables, `chunk` metric columns at a time so they fit a terminal."""
     from .report import safe_name
@@ -49,12 +47,27 @@ def _table(title: str, aggregates: dict[str, dict], cols: list[str], chunk: int 
         t.add_column("planner", overflow="fold", max_width=18)
         t.add_column("family")
         for c in part:
-            t.add_column(c, justify="right")
+            t.add_column(HEADERS.get(c, c), justify="right", min_width=len(HEADERS.get(c, c)))
         for name, agg in aggregates.items():
             for fam, a in [("all", agg["overall"]), *agg.get("per_family", {}).items()]:
                 t.add_row(safe_name(name), fam, *[("-" if a.get(c) is None else f"{a[c]:.3f}" if isinstance(a[c], float) else str(a[c]))
                                                   for c in part])
         console.print(t)
+
+
+def _specs(texts: list[str]) -> dict:
+    """Every planner spec (and model checkpoint) checked before anything runs; a bad one is a one-line error, exit 2."""
+    from .planners import make_planner
+    from .specs import parse_specs
+
+    try:
+        specs = parse_specs(list(texts))
+        for spec in specs.values():
+            make_planner(spec)  # cheap: finds a missing checkpoint now, loads nothing
+        return specs
+    except ValueError as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
 
 
 @app.command()
@@ -71,77 +84,23 @@ def pdms(
     plots: int = typer.Option(6, help="BEV plots for this many scenes."),
     batch: int = typer.Option(64, help="Scenes per planner/scoring batch."),
 ) -> None:
-    """NAVSIM v1.1 PDM Score per scene and aggregated, for one or more planners."""
-    from .pdms import PDMSConfig, PDMSEvaluator, aggregate
-    from .planners import make_planner, plan_all
-    from .report import plot_bev, plot_family_bars, plot_subscores, safe_name, write_csv, write_json
+    """NAVSIM v1.1 PDM Score per scene and aggregated, for one or more planners (open-loop metrics from the same
+    plans are written too)."""
+    from .pdms import EPDMS_METRICS, METRICS, PDMSConfig
+    from .run import OpenLoopSettings, evaluate_open, headline_columns
 
+    specs = _specs(planner)
     scenes, problems = _load(data, split, families, limit)
-    outdir = Path(out)
     cfg = PDMSConfig(use_pacifica=pacifica, drivable_tolerance=drivable_tolerance, epdms=epdms,
-                     reference_cache=str(outdir / "reference_cache"))
-    ev = PDMSEvaluator(cfg)
-    aggregates, all_rows, timings = {}, {}, {}
-    with _progress() as prog:
-        task = prog.add_task("reference planner", total=len(scenes))
-        t0 = time.perf_counter()
-        for s in scenes:
-            try:
-                ev.reference_poses(s)
-            except Exception:  # noqa: BLE001 - the scene becomes invalid at scoring, with the reason
-                pass
-            prog.advance(task)
-        timings["reference_s"] = time.perf_counter() - t0
-        for spec in planner:
-            p = make_planner(spec, ev)
-            task = prog.add_task(f"{spec}: plan", total=len(scenes))
-            t0 = time.perf_counter()
-            plans = plan_all(p, scenes, batch=batch, progress=lambda n: prog.advance(task, n))
-            t_plan = time.perf_counter() - t0
-            task = prog.add_task(f"{spec}: score", total=len(scenes))
-            rows, t0 = [], time.perf_counter()
-            for i in range(0, len(scenes), batch):
-                rows += ev.score(scenes[i: i + batch], plans[i: i + batch], spec)
-                prog.advance(task, len(scenes[i: i + batch]))
-            t_score = time.perf_counter() - t0
-            agg = aggregate(rows, epdms=epdms, config=cfg)
-            agg.update(planner=spec, plan_seconds=t_plan, score_seconds=t_score, plans_per_second=len(rows) / max(t_score, 1e-9),
-                       unreadable_files=problems)
-            name = safe_name(spec)
-            write_csv(rows, outdir / f"pdms_{name}.csv")
-            write_json(agg, outdir / f"pdms_{name}.json")
-            aggregates[spec], all_rows[spec] = agg, (rows, plans)
-    write_json({"version": next(iter(aggregates.values()))["version"], "timings": timings,
-                "planners": {k: {"overall": v["overall"], "per_family": v["per_family"]} for k, v in aggregates.items()}},
-               outdir / "pdms_summary.json")
-    metrics = ("nc", "dac", "ttc", "ep", "c", "pdms") + (("ddc", "lk", "hc", "epdms") if epdms else ())
-    plot_subscores(aggregates, outdir / "pdms_subscores.png", metrics)
-    plot_family_bars(aggregates, "pdms", outdir / "pdms_per_family.png")
-    for s_idx in _plot_indices(scenes, plots):
-        s = scenes[s_idx]
-        traj = {spec: all_rows[spec][1][s_idx].xy for spec in planner}
-        if np.any(s.future):
-            traj.setdefault("expert(log)", s.future[:, :2])
-        sims = {spec: all_rows[spec][0][s_idx]["_states"] for spec in planner if "_states" in all_rows[spec][0][s_idx]}
-        plot_bev(s, traj, outdir / "bev" / f"{s.scene_id}.png", sims)
+                     reference_cache=str(Path(out) / "reference_cache"))
+    results = evaluate_open(specs, scenes, out, OpenLoopSettings(pdms=cfg, batch=batch, plots=plots),
+                            unreadable=problems, console=console)
+    aggregates = {name: r["pdms"] for name, r in results.items()}
+    metrics = [*METRICS, *(EPDMS_METRICS if epdms else ())]
     _table("PDMS (" + next(iter(aggregates.values()))["version"] + ")", aggregates,
-           ["n_valid", "n_invalid", "n_fallback", *metrics], chunk=6)
-    console.print(f"results in {outdir}/ (scoring speed: " +
+           headline_columns(results, ["n_valid", "n_invalid", *metrics]), chunk=6)
+    console.print(f"results in {out}/ (scoring speed: " +
                   ", ".join(f"{k} {v['plans_per_second']:.0f} plans/s" for k, v in aggregates.items()) + ")")
-
-
-def _plot_indices(scenes, n: int) -> list[int]:
-    """Up to n scenes, spread over families."""
-    by_fam: dict[str, list[int]] = {}
-    for i, s in enumerate(scenes):
-        by_fam.setdefault(s.family, []).append(i)
-    out, k = [], 0
-    while len(out) < min(n, len(scenes)):
-        for idx in by_fam.values():
-            if k < len(idx) and len(out) < n:
-                out.append(idx[k])
-        k += 1
-    return out
 
 
 @app.command()
@@ -156,35 +115,23 @@ def openloop(
     reference_planner: str = typer.Option(None, help="Or: a planner spec run here as the reference for relative change."),
     batch: int = typer.Option(64),
 ) -> None:
-    """L2 per 0.5 s step and at 1/2/3/4 s, ADE/FDE, parse failures, plan collision rate."""
+    """L2 per 0.5 s step and at 1/2/3/4 s, ADE/FDE, failed plans, plan collision rate."""
     import json
 
-    from .openloop import aggregate_openloop, openloop_row
-    from .planners import make_planner, plan_all
-    from .report import safe_name, write_csv, write_json
+    from .run import OpenLoopSettings, evaluate_open, headline_columns
 
-    scenes, _ = _load(data, split, families, limit)
-    outdir = Path(out)
-    ref_agg = json.loads(Path(compare).read_text()) if compare else None
-    specs = list(planner)
-    if reference_planner and reference_planner not in specs:
-        specs = [reference_planner, *specs]
-    aggregates = {}
-    with _progress() as prog:
-        for spec in specs:
-            task = prog.add_task(spec, total=len(scenes))
-            plans = plan_all(make_planner(spec), scenes, batch=batch, progress=lambda n: prog.advance(task, n))
-            rows = [openloop_row(s, p, spec) for s, p in zip(scenes, plans)]
-            reference = ref_agg if ref_agg is not None else (aggregates.get(reference_planner) if reference_planner != spec else None)
-            agg = aggregate_openloop(rows, reference)
-            agg["planner"] = spec
-            write_csv(rows, outdir / f"openloop_{safe_name(spec)}.csv")
-            write_json(agg, outdir / f"openloop_{safe_name(spec)}.json")
-            aggregates[spec] = agg
-    write_json({"version": next(iter(aggregates.values()))["version"], "planners": aggregates}, outdir / "openloop_summary.json")
-    _table("open loop", aggregates, ["n_valid", "parse_failure_rate", "l2_1.0s", "l2_2.0s", "l2_3.0s", "l2_4.0s", "ade", "fde",
-                                     "collision_rate"])
-    console.print(f"results in {outdir}/")
+    texts = list(planner)
+    if reference_planner and reference_planner not in texts:
+        texts = [reference_planner, *texts]
+    specs = _specs(texts)
+    scenes, problems = _load(data, split, families, limit)
+    relative_to = json.loads(Path(compare).read_text()) if compare else reference_planner
+    results = evaluate_open(specs, scenes, out, OpenLoopSettings(pdms=None, batch=batch, relative_to=relative_to),
+                            unreadable=problems, console=console)
+    _table("open loop", {n: r["openloop"] for n, r in results.items()},
+           headline_columns(results, ["n_valid", "failure_rate", "l2_1.0s", "l2_2.0s", "l2_3.0s", "l2_4.0s", "ade", "fde",
+                                      "collision_rate"]))
+    console.print(f"results in {out}/")
 
 
 @app.command()
@@ -201,44 +148,22 @@ def closedloop(
 
     All routes advance in lockstep so that each replan step is ONE batched planner call; results equal
     driving the routes one by one."""
-    from .closedloop import aggregate_routes, route_set, run_routes
-    from .planners import make_planner
-    from .report import plot_family_bars, plot_strip, safe_name, write_csv, write_json
-    from .route_diagnostics import failure_summary, plot_failure_timelines, plot_route_paths
+    from .closedloop import route_set
+    from .run import evaluate_closed, headline_columns
 
+    specs = _specs(planner)
     fams = [f.strip() for f in families.split(",")] if families else None
     try:
         rset = route_set(routes, fams)
     except ValueError as err:
         raise typer.BadParameter(str(err), param_hint="--routes/--families") from err
-    outdir = Path(out)
-    aggregates = {}
-    with _progress() as prog:
-        for spec in planner:
-            task = prog.add_task(spec, total=len(rset))
-            t0 = time.perf_counter()
-            results = run_routes(make_planner(spec), rset, record_frames=strips, progress=lambda: prog.advance(task),
-                                 batch=batch or None)
-            agg = aggregate_routes(results)
-            agg.update(planner=spec, route_set=routes, wall_seconds=time.perf_counter() - t0)
-            rows = [r.row() for r in results]
-            write_csv(rows, outdir / f"closedloop_{safe_name(spec)}.csv")
-            write_json(agg, outdir / f"closedloop_{safe_name(spec)}.json")
-            write_json(failure_summary(results), outdir / f"failures_{safe_name(spec)}.json")
-            plot_failure_timelines(results, outdir / f"timelines_{safe_name(spec)}.png")
-            plot_route_paths(results, outdir / f"paths_{safe_name(spec)}.png")
-            for r in results:
-                if r.frames:
-                    plot_strip([f for _, f in r.frames], [c for c, _ in r.frames],
-                               outdir / "strips" / f"{safe_name(spec)}_{r.route.name}.png",
-                               title=f"{spec} {r.route.name}: {r.status}")
-            aggregates[spec] = agg
-    write_json({"version": next(iter(aggregates.values()))["version"], "planners": aggregates}, outdir / "closedloop_summary.json")
-    plot_family_bars(aggregates, "driving_score", outdir / "closedloop_driving_score.png")
-    _table("closed loop (" + next(iter(aggregates.values()))["version"] + ")", aggregates,
-           ["n", "success_rate", "route_completion", "driving_score", "efficiency", "comfort", "n_crashed", "n_timeout",
-            "n_deviation", "n_error", "n_fallback"])
-    console.print(f"results in {outdir}/")
+    results = evaluate_closed(specs, rset, out, record_frames=strips, batch=batch or None, route_set=routes, console=console)
+    _table("closed loop (" + next(iter(results.values()))["version"] + ")", results,
+           headline_columns(results, ["n", "success_rate", "route_completion", "driving_score", "efficiency", "comfort",
+                                      "n_crashed", "n_crashed_not_at_fault", "success_rate_excl_not_at_fault", "n_timeout",
+                                      "n_deviation", "n_planner_error", "n_error"],
+                            failed="n_failed_plans"))
+    console.print(f"results in {out}/")
 
 
 @app.command()
@@ -250,8 +175,10 @@ def bench(
 ) -> None:
     """PDMS scoring throughput (plans/s, reference excluded since it is cached per scene)."""
     from .pdms import PDMSConfig, PDMSEvaluator
-    from .planners import make_planner, plan_all
+    from .planners import make_planner, plan_scenes
     from .synthetic import random_scenes
+
+    (spec,) = _specs([planner]).values()
 
     if data:
         scenes, _ = _load(data, None, None, None)
@@ -264,7 +191,7 @@ def bench(
     for s in uniq.values():
         ev.reference_poses(s)
     t_ref = time.perf_counter() - t0
-    plans = plan_all(make_planner(planner, ev), scenes)
+    plans = plan_scenes(make_planner(spec, ev), scenes)
     ev.score(scenes[:8], plans[:8])  # warm-up
     t0 = time.perf_counter()
     rows = ev.score(scenes, plans, planner)

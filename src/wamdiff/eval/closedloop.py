@@ -11,8 +11,10 @@ not occur in this world); driving score DS = RC x penalty x (1 - % of distance o
 success = status Completed (RC >= 100 %) with no infraction except min-speed. A collision ends the route
 here (highway-env freezes crashed cars, so continuing would only replay the crash); a timeout, a blocked
 ego (no progress for `blocked_s`), a route deviation (centre > `max_deviation_m` from the route centreline,
-CARLA's "agent deviated from the route") or any exception ends it as a failure with what it reached - never
-abort. Driving outside the drivable area is recorded as `outside_route_lanes` (an infraction: no success).
+CARLA's "agent deviated from the route"), a failed plan ("Failed - planner error": no trajectory to drive,
+unless the spec opted in to a fallback planner, whose plans are then driven and counted) or any exception
+ends it as a failure with what it reached - never abort. Driving outside the drivable area is recorded as
+`outside_route_lanes` (an infraction: no success).
 Efficiency = mean over ticks of ego speed / mean speed of traffic within 50 m (ticks with moving traffic);
 comfort = share of non-overlapping 2 s windows whose states keep all six nuPlan comfort bounds.
 
@@ -33,18 +35,17 @@ from .pdms.comfort import comfort_checks
 from .pdms.geometry import convex_intersect
 from .pdms.tracker import NUM_STATES, BatchLQRTracker, headings_from_xy, interpolate_plan, propagate
 from .pdms.vehicle import AX, HEADING, STATE_SIZE, VX, X, Y, YAW_RATE, VehicleParams, box_corners
-from .planners import Plan, with_fallback
+from .planners import Plan, plan_batch, with_fallback
 
 CLOSEDLOOP_VERSION = "wamdiff-closedloop-b2d/0.1"
 PENALTIES = {"collision_pedestrian": 0.5, "collision_vehicle": 0.6, "collision_static": 0.65, "red_light": 0.7,
              "stop_sign": 0.8, "scenario_timeout": 0.7, "yield_emergency": 0.7}
-FAMILY_ORDER = ("highway", "merge", "roundabout", "intersection")
-DEV_COUNTS = {"highway": 3, "merge": 2, "roundabout": 3, "intersection": 2}  # 10 routes
-FULL_PER_FAMILY = 25
+FULL_PER_FAMILY = 25  # the "dev" set takes each family's `dev_routes` (driving.world.FAMILY_REGISTRY)
 SEED_BASE = 7_000_000  # far from data-generation seeds
 REPLAN_EVERY = 5  # ticks (0.5 s at 10 Hz)
 TRACE_FIELDS = ("t", "x", "y", "heading", "speed", "progress_m", "lateral_m", "in_junction", "command")
 DT = 0.1
+PLANNER_ERROR = "Failed - planner error"  # a replan without a usable plan (and no fallback opted in)
 
 
 @dataclass(frozen=True)
@@ -57,17 +58,20 @@ class Route:
 
 
 def route_set(name: str = "dev", families: list[str] | None = None) -> list[Route]:
-    """The fixed, seeded route sets: "dev" = 10 routes over the four families (CI), "full" = 25 per family."""
-    fams = [f for f in FAMILY_ORDER if not families or f in families]
-    if families and set(families) - set(FAMILY_ORDER):
-        raise ValueError(f"unknown families {sorted(set(families) - set(FAMILY_ORDER))}; expected {FAMILY_ORDER}")
+    """The fixed, seeded route sets: "dev" = each family's `dev_routes` (10 over the four default families, for CI),
+    "full" = 25 per family. A family's seeds follow its place in the registry."""
+    from wamdiff.driving.world import FAMILIES, FAMILY_REGISTRY
+
+    fams = [f for f in FAMILIES if not families or f in families]
+    if families and set(families) - set(FAMILIES):
+        raise ValueError(f"unknown families {sorted(set(families) - set(FAMILIES))}; expected {FAMILIES}")
     if name == "dev":
-        counts = {f: DEV_COUNTS[f] for f in fams}
+        counts = {f: FAMILY_REGISTRY[f].dev_routes for f in fams}
     elif name == "full":
         counts = {f: FULL_PER_FAMILY for f in fams}
     else:
         raise ValueError(f"unknown route set {name!r}: use dev or full")
-    return [Route(f"{f}_{i:03d}", f, SEED_BASE + 1000 * FAMILY_ORDER.index(f) + i) for f in fams for i in range(counts[f])]
+    return [Route(f"{f}_{i:03d}", f, SEED_BASE + 1000 * FAMILIES.index(f) + i) for f in fams for i in range(counts[f])]
 
 
 @dataclass
@@ -83,7 +87,7 @@ class RouteResult:
     wall_s: float = 0.0
     route_length_m: float = 0.0
     n_plans: int = 0
-    n_parse_fail: int = 0
+    n_failed_plans: int = 0  # replans whose plan failed (each either ended the route or was driven by the fallback)
     n_fallback: int = 0
     error: str = ""
     frames: list = field(default_factory=list)  # (caption, image) pairs
@@ -113,7 +117,7 @@ class RouteResult:
                 "success": self.success, "route_completion": self.completion, "driving_score": self.driving_score,
                 "penalty": self.penalty, "outside_pct": self.outside_pct, "efficiency": self.efficiency,
                 "comfort": self.comfort, "duration_s": self.duration_s, "wall_s": self.wall_s,
-                "route_length_m": self.route_length_m, "n_plans": self.n_plans, "n_parse_fail": self.n_parse_fail,
+                "route_length_m": self.route_length_m, "n_plans": self.n_plans, "n_failed_plans": self.n_failed_plans,
                 "n_fallback": self.n_fallback, "collision_kind": self.collision_kind,
                 "collision_at_fault": self.collision_at_fault,
                 "infractions": ";".join(f"{k}={v}" for k, v in sorted(self.infractions.items()) if v),
@@ -158,8 +162,9 @@ def _plan_to_world(plan: Plan, pose: np.ndarray) -> np.ndarray:
 
 
 class RouteRunner:
-    """One route as a resumable unit: it drives until it needs a plan (`needs_plan`, `scene`), takes the raw
-    planner output (`give_plan`) and drives on, until `done`. Every failure mode ends in `result`, nothing raises.
+    """One route as a resumable unit: it drives until it needs a plan (`needs_plan`, `scene`), takes the checked
+    planner output (`give_plan`, from `planners.plan_batch`) and drives on, until `done`. Every failure mode ends
+    in `result`, nothing raises. `fallback`: the planner that stands in for failed plans (opt-in), else None.
 
     `run_route` drives one runner alone; `run_routes` drives many in lockstep so that one `planner.plan(scenes)`
     call serves every route that needs a plan at the same time. A route's trajectory only depends on its own world
@@ -167,12 +172,13 @@ class RouteRunner:
     """
 
     def __init__(self, route: Route, expert_mode: bool = False, record_frames: bool = False, blocked_s: float = 20.0,
-                 frame_every_s: float = 2.0, max_frames: int = 8, max_deviation_m: float = 12.0, camera=None):
+                 frame_every_s: float = 2.0, max_frames: int = 8, max_deviation_m: float = 12.0, fallback=None,
+                 camera=None):
         self.result = RouteResult(route)
         self.scene = None  # the Scene awaiting a plan while `needs_plan`
         self.done = False
         self._gen = _drive(route, self.result, expert_mode, record_frames, blocked_s, frame_every_s, max_frames,
-                           max_deviation_m, camera)
+                           max_deviation_m, fallback, camera)
         self._started = False
 
     @property
@@ -187,7 +193,7 @@ class RouteRunner:
         return self
 
     def give_plan(self, raw: Plan, planner_s: float = 0.0) -> "RouteRunner":
-        """Hand over the planner's raw Plan for `scene` (`planner_s`: this route's share of the planner time)."""
+        """Hand over the planner's checked Plan for `scene` (`planner_s`: this route's share of the planner time)."""
         if not self.needs_plan:
             raise RuntimeError(f"route {self.result.route.name} does not need a plan")
         self.result.wall_s += planner_s
@@ -210,13 +216,13 @@ class RouteRunner:
 
 
 def run_route(planner, route: Route, record_frames: bool = False, blocked_s: float = 20.0, frame_every_s: float = 2.0,
-              max_frames: int = 8, max_deviation_m: float = 12.0) -> RouteResult:
+              max_frames: int = 8, max_deviation_m: float = 12.0, fallback=None) -> RouteResult:
     """Drive one route; every failure mode is recorded in the result, nothing raises."""
     runner = RouteRunner(route, _is_expert(planner), record_frames, blocked_s, frame_every_s, max_frames,
-                         max_deviation_m, planner_camera(planner)).advance()
+                         max_deviation_m, fallback, planner_camera(planner)).advance()
     while not runner.done:
         t0 = time.perf_counter()
-        raw = _safe_plan_batch(planner, [runner.scene])[0]
+        raw = plan_batch(planner, [runner.scene])[0]
         runner.give_plan(raw, time.perf_counter() - t0)
     return runner.result
 
@@ -234,9 +240,9 @@ def planner_camera(planner):
 
 
 def _drive(route: Route, res: RouteResult, expert_mode: bool, record_frames: bool, blocked_s: float,
-           frame_every_s: float, max_frames: int, max_deviation_m: float, camera=None):
+           frame_every_s: float, max_frames: int, max_deviation_m: float, fallback=None, camera=None):
     """Generator: drives `route` into `res`; yields the Scene whenever it needs a plan and expects the planner's
-    raw Plan via `.send()`. The expert (world autopilot) never yields."""
+    checked Plan via `.send()`. The expert (world autopilot) never yields."""
     make_world, observe_world, route_progress, route_length, route_completed, geo = _world_api()
     from wamdiff.driving.render import CameraConfig
 
@@ -273,10 +279,15 @@ def _drive(route: Route, res: RouteResult, expert_mode: bool, record_frames: boo
             scene = observe(world)
             command = scene.command
             raw = yield scene
-            plan = with_fallback([scene], [raw])[0]
             res.n_plans += 1
-            res.n_parse_fail += int(not raw.parse_ok)
-            res.n_fallback += int(bool(plan.fallback))
+            plan = raw
+            if not raw.ok:
+                res.n_failed_plans += 1
+                plan = with_fallback([scene], [raw], fallback)[0] if fallback is not None else raw
+                res.n_fallback += int(bool(plan.fallback))
+            if not plan.scored:  # nothing to drive: the route fails here, with what it reached
+                res.status, res.error = PLANNER_ERROR, f"t={world.time:.1f}s: {raw.reason}"
+                break
             ref = _plan_to_world(plan, state[[X, Y, HEADING]])
             tracker, k_plan = BatchLQRTracker(ref[None], vehicle), 0
             on_frame_time = abs(world.time / frame_every_s - round(world.time / frame_every_s)) < 1e-6
@@ -353,25 +364,6 @@ def _drive(route: Route, res: RouteResult, expert_mode: bool, record_frames: boo
     res.comfort = _window_comfort(np.array(states))
 
 
-def _safe_plan_batch(planner, scenes: list) -> list[Plan]:
-    """One guarded `planner.plan(scenes)` call: a raising planner (or a wrong number of plans) gives failed Plans
-    for the whole batch, counted as parse failures + fallbacks by each route."""
-    try:
-        plans = list(planner.plan(scenes) or [])
-    except Exception as err:  # noqa: BLE001 - counted as a failed plan, the fallback drives
-        return [Plan(None, parse_ok=False, reason=f"planner raised {type(err).__name__}: {err}") for _ in scenes]
-    if len(plans) == len(scenes):
-        return plans
-    if len(scenes) == 1 and plans:
-        return plans[:1]
-    reason = "planner returned nothing" if not plans else f"planner returned {len(plans)} plans for {len(scenes)} scenes"
-    return [Plan(None, parse_ok=False, reason=reason) for _ in scenes]
-
-
-def _safe_plan(planner, scene) -> Plan:
-    return _safe_plan_batch(planner, [scene])[0]
-
-
 def _collision_type(state: np.ndarray, vehicle: VehicleParams, box: np.ndarray, is_vehicle: bool, other_speed: float,
                     ego) -> tuple[str, bool]:
     """NAVSIM's collision typing for the closed loop: stopped ego, stopped track, rear (the other's centre > 150 deg
@@ -415,7 +407,7 @@ def _window_comfort(states: np.ndarray, window: int = 20) -> float | None:
 
 
 def run_routes(planner, routes: list[Route], record_frames: int = 0, progress=None, batch: int | None = None,
-               **route_kw) -> list[RouteResult]:
+               fallback=None, **route_kw) -> list[RouteResult]:
     """Drive all routes in lockstep: every route runs until it needs a plan or ends, then ONE guarded
     `planner.plan(scenes)` call serves all routes waiting for a plan, and so on until every route ended.
 
@@ -441,7 +433,7 @@ def run_routes(planner, routes: list[Route], record_frames: int = 0, progress=No
     while pending or active:
         while pending and len(active) < cap:
             i, r = pending.pop()
-            runner = RouteRunner(r, expert, record_frames=i < record_frames, **route_kw).advance()
+            runner = RouteRunner(r, expert, record_frames=i < record_frames, fallback=fallback, **route_kw).advance()
             if runner.done:
                 finish(i, runner)
             else:
@@ -449,7 +441,7 @@ def run_routes(planner, routes: list[Route], record_frames: int = 0, progress=No
         if not active:
             continue
         t0 = time.perf_counter()
-        raws = _safe_plan_batch(planner, [runner.scene for _, runner in active])
+        raws = plan_batch(planner, [runner.scene for _, runner in active])
         share = (time.perf_counter() - t0) / len(active)
         still = []
         for (i, runner), raw in zip(active, raws):
@@ -494,7 +486,8 @@ def aggregate_routes(results: list[RouteResult]) -> dict:
             "n_timeout": sum(r.status in ("Failed - timeout", "Failed - agent blocked") for r in rs),
             "n_deviation": sum(r.status == "Failed - route deviation" for r in rs),
             "n_error": sum(r.status == "Failed - error" for r in rs),
-            "n_plans": sum(r.n_plans for r in rs), "n_parse_fail": sum(r.n_parse_fail for r in rs),
+            "n_planner_error": sum(r.status == PLANNER_ERROR for r in rs),
+            "n_plans": sum(r.n_plans for r in rs), "n_failed_plans": sum(r.n_failed_plans for r in rs),
             "n_fallback": sum(r.n_fallback for r in rs), "statuses": statuses, "infractions": inf,
         }
 

@@ -1,9 +1,11 @@
-"""Open-loop metrics: displacement errors against the logged expert, parse failures, plan-box collisions.
+"""Open-loop metrics: displacement errors against the logged expert, failed plans, plan-box collisions.
 
 - L2 at each 0.5 s waypoint (`l2_0.5s` .. `l2_4.0s`) and at 1/2/3/4 s; also the ST-P3/UniAD-style running
   average up to 1/2/3/4 s (`l2avg_Ns`); ADE = mean over the 8 waypoints, FDE = the 4 s error.
-- parse-failure rate = share of plans the planner could not produce (scored with the fallback; both counts
-  are reported); metrics are given with the fallback (`*`) and over parsed plans only (`parsed_*`).
+- failure rate = share of plans the planner could not produce (text that does not parse, an error, ...). A
+  distance to a missing trajectory is undefined, so the displacement means are over the plans that exist (the
+  planner's own, plus its fallback's where the spec opted in: `n_fallback`), and over its own plans only
+  (`own_*`); the failure rate stands next to them in every table (PDMS scores a failed plan 0).
 - collision rate = share of plans whose ego box (scene ego size, rear-axle origin, heading from the
   waypoints) overlaps a logged agent box at the same instant (0.5 .. 4.0 s).
 - relative change vs a reference planner's aggregate: (value - ref) / |ref| per metric.
@@ -37,11 +39,13 @@ def plan_collides(scene, xy: np.ndarray, heading: np.ndarray | None = None) -> b
 
 def openloop_row(scene, plan, planner_name: str = "") -> dict:
     row = {"scene_id": scene.scene_id, "family": scene.family, "split": scene.split, "planner": planner_name,
-           "parse_ok": bool(plan.parse_ok), "fallback": plan.fallback, "plan_reason": plan.reason,
+           "plan_ok": bool(plan.ok), "fallback": plan.fallback, "plan_reason": plan.reason,
            "forwards": plan.forwards, "new_tokens": plan.new_tokens, "version": OPENLOOP_VERSION, "valid": True, "reason": ""}
     fut = np.asarray(scene.future, float)
     if fut.shape != (8, 3) or not np.any(fut):
         row.update(valid=False, reason="scene has no logged future")
+        return row
+    if plan.xy is None:  # failed plan: counted, no distance
         return row
     xy = np.asarray(plan.xy, float)
     err = np.linalg.norm(xy - fut[:, :2], axis=1)
@@ -60,14 +64,15 @@ KEYS = [f"l2_{t}s" for t in STEP_TIMES] + [f"l2avg_{s}s" for s in (1, 2, 3, 4)] 
 def aggregate_openloop(rows: list[dict], reference: dict | None = None) -> dict:
     def summary(rs):
         valid = [r for r in rs if r["valid"]]
-        parsed = [r for r in valid if r["parse_ok"]]
+        scored = [r for r in valid if "ade" in r]
+        own = [r for r in scored if r["plan_ok"]]
         out = {"n": len(rs), "n_valid": len(valid), "n_invalid": len(rs) - len(valid),
-               "n_parse_fail": sum(not r["parse_ok"] for r in rs), "n_fallback": sum(bool(r["fallback"]) for r in rs)}
-        out["parse_failure_rate"] = out["n_parse_fail"] / max(1, len(rs))
-        out["collision_rate"] = float(np.mean([r["collision"] for r in valid])) if valid else None
+               "n_failed": sum(not r["plan_ok"] for r in rs), "n_fallback": sum(bool(r["fallback"]) for r in rs)}
+        out["failure_rate"] = out["n_failed"] / max(1, len(rs))
+        out["collision_rate"] = float(np.mean([r["collision"] for r in scored])) if scored else None
         for k in KEYS:
-            out[k] = float(np.mean([r[k] for r in valid])) if valid else None
-            out[f"parsed_{k}"] = float(np.mean([r[k] for r in parsed])) if parsed else None
+            out[k] = float(np.mean([r[k] for r in scored])) if scored else None
+            out[f"own_{k}"] = float(np.mean([r[k] for r in own])) if own else None
         mean_fw = [r["forwards"] for r in rs if r["forwards"]]
         out["mean_forwards"] = float(np.mean(mean_fw)) if mean_fw else None
         return out

@@ -1,43 +1,46 @@
-"""Planners judged by every evaluation: one interface, a factory, and a counted fallback.
+"""Planners judged by every evaluation: one interface, a factory, and the one guarded way to call them.
 
-`Planner.plan(scenes) -> list[Plan]`; a Plan holds 8 ego-frame waypoints at 0.5 .. 4.0 s. A planner that
-cannot produce a usable trajectory (a model whose text does not parse) still returns a Plan with
-`parse_ok=False`; `with_fallback` then substitutes the stated fallback (constant velocity by default) and
-marks it, so one bad decode neither crashes an evaluation nor dominates a mean, and both the raw failure
-count and the fallback count can be reported.
-
-Specs for `make_planner`: "expert", "cv", "reference", "model:PATH[,mode=block,threshold=0.9,block=32,
-steps=32,fmt=text2,batch=16,max_new_tokens=160,fallback=cv]".
+`Planner.plan(scenes) -> list[Plan]`; a Plan holds 8 ego-frame waypoints at 0.5 .. 4.0 s. A plan that cannot
+be used (model text that does not parse, a planner that raised, the wrong number or shape of waypoints) is a
+failed Plan (`ok=False`, `xy=None`, `reason`): it scores as a failure. Only a spec that opts in (`fallback=cv`)
+has its failed plans replaced by the fallback planner's plans, marked (`fallback`) and counted.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import numpy as np
 
+from wamdiff.eval.specs import PlannerSpec
+
 FUTURE_STEPS = 8
 PLAN_DT = 0.5
-MAX_ABS_COORD = 200.0  # sanity bound on a waypoint [m]; beyond it the plan counts as unparseable
+MAX_ABS_COORD = 200.0  # sanity bound on a waypoint [m]; beyond it the plan counts as failed
 
 
 @dataclass
 class Plan:
-    xy: np.ndarray | None  # (8, 2) ego frame, 0.5 .. 4.0 s
+    xy: np.ndarray | None  # (8, 2) ego frame, 0.5 .. 4.0 s; None for a failed plan
     text: str = ""
-    parse_ok: bool = True
-    reason: str = ""
+    ok: bool = True  # the planner's own trajectory is usable
+    reason: str = ""  # why it is not
     forwards: int = 0
     new_tokens: int = 0
     heading: np.ndarray | None = None  # (8,) optional; derived from the waypoints when absent
-    fallback: str = ""  # name of the fallback used, "" when the planner's own trajectory is scored
+    fallback: str = ""  # the planner whose trajectory replaced a failed one ("" when none did)
     latency_s: float = 0.0
 
     @property
-    def usable(self) -> bool:
-        return self.xy is not None and self.parse_ok
+    def scored(self) -> bool:
+        """There is a trajectory to score (the planner's own or, opted in, its fallback's)."""
+        return self.xy is not None
+
+
+def failed(reason: str, **kw) -> Plan:
+    return Plan(None, ok=False, reason=reason, **kw)
 
 
 class Planner(Protocol):
@@ -75,10 +78,9 @@ class ConstantVelocityPlanner:
     def plan(self, scenes: list) -> list[Plan]:
         out = []
         for s in scenes:
-            xy = constant_velocity_xy(s)
             v = s.ego_history[-1, 3:5]
             h = np.full(FUTURE_STEPS, np.arctan2(v[1], v[0]) if np.hypot(*v) > 0.1 else 0.0)
-            out.append(Plan(xy, heading=h))
+            out.append(Plan(constant_velocity_xy(s), heading=h))
         return out
 
 
@@ -92,7 +94,7 @@ class ExpertPlanner:
         for s in scenes:
             fut = np.asarray(s.future, float)
             if fut.shape != (FUTURE_STEPS, 3) or not np.any(fut):
-                out.append(Plan(None, parse_ok=False, reason="scene has no logged future"))
+                out.append(failed("scene has no logged future"))
             else:
                 out.append(Plan(fut[:, :2].copy(), heading=fut[:, 2].copy()))
         return out
@@ -104,7 +106,7 @@ class ReferencePlanner:
     name = "reference"
 
     def __init__(self, evaluator=None):
-        from .pdms.score import PDMSEvaluator
+        from wamdiff.eval.pdms.score import PDMSEvaluator
 
         self.evaluator = evaluator or PDMSEvaluator()
 
@@ -112,58 +114,36 @@ class ReferencePlanner:
         out = []
         for s in scenes:
             try:
-                poses = self.evaluator.reference_poses(s)  # (41, 3) at 0.1 s
-                sel = poses[5::5]
+                sel = self.evaluator.reference_poses(s)[5::5]  # (41, 3) at 0.1 s -> 0.5 .. 4.0 s
                 out.append(Plan(sel[:, :2].copy(), heading=sel[:, 2].copy()))
-            except Exception as err:  # noqa: BLE001 - a failing scene must not stop the evaluation
-                out.append(Plan(None, parse_ok=False, reason=f"reference failed: {type(err).__name__}: {err}"))
+            except Exception as err:  # noqa: BLE001 - a scene the reference cannot plan is that scene's failed plan
+                out.append(failed(f"reference failed: {type(err).__name__}: {err}"))
         return out
 
 
 # -- model planner -----------------------------------------------------------------------------------
-@dataclass
-class ModelSettings:
-    mode: str = "block"
-    threshold: float = 0.9
-    block: int | None = None
-    steps: int = 32
-    fmt: str = "text2"
-    batch: int = 16
-    max_new_tokens: int = 160
-    fallback: str = "cv"
-    strategy: str = "threshold"
-    delayed: bool = False  # DecodeConfig.delayed_cache
-    extra: dict = field(default_factory=dict)
-
-
 class ModelPlanner:
-    """A checkpoint decoded through `wamdiff.decoding.generate`; text parsed by `driving.trajectory`.
+    """A checkpoint decoded through `wamdiff.decoding.generate`; text parsed by `driving.trajectory`."""
 
-    All wamdiff model/decoding/driving imports are lazy: this module imports without them.
-    """
-
-    def __init__(self, checkpoint: str, settings: ModelSettings | None = None):
-        from pathlib import Path
-
-        if not (Path(checkpoint) / "config.json").is_file():  # a config error must fail loudly, not fall back
-            raise ValueError(f"model planner: {checkpoint} is not a model directory (no config.json)")
-        self.checkpoint = checkpoint
-        self.settings = settings or ModelSettings()
-        self.name = f"model:{checkpoint}"
+    def __init__(self, spec: PlannerSpec):
+        if not (spec.checkpoint / "config.json").is_file():  # found before any planning starts
+            raise ValueError(f"planner spec {spec.text!r}: {spec.checkpoint} is not a model directory (no config.json)")
+        self.spec = spec
+        self.name = spec.text
         self._model = self._tokenizer = self._image_processor = None
 
     def prepare(self) -> None:
-        """Load the checkpoint now (plan_all calls this outside its per-batch error handling)."""
+        """Load the checkpoint now (a checkpoint that does not load is a configuration error, not a failed plan)."""
         self._load()
 
     def _load(self):
         if self._model is None:
             from wamdiff.models import is_vision_model, load_image_processor, load_model
 
-            self._model, self._tokenizer = load_model(self.checkpoint)
+            self._model, self._tokenizer = load_model(self.spec.checkpoint)
             self._model.eval()
             self._vision = bool(is_vision_model(self._model))
-            self._image_processor = load_image_processor(self.checkpoint) if self._vision else None
+            self._image_processor = load_image_processor(self.spec.checkpoint) if self._vision else None
         return self._model, self._tokenizer
 
     @property
@@ -174,149 +154,96 @@ class ModelPlanner:
         self._load()
         return CameraConfig.from_dict(getattr(self._model.config, "wamdiff_camera", None))
 
-    def decode_config(self):
-        from wamdiff.decoding import DecodeConfig
+    def _decode_config(self, tokenizer):
+        """The spec's decode settings; fixed-width formats also constrain each answer position to its token class."""
+        from dataclasses import replace
 
-        s = self.settings
-        kw = dict(mode=s.mode, threshold=s.threshold, max_steps_per_block=s.steps, strategy=s.strategy,
-                  max_new_tokens=s.max_new_tokens, delayed_cache=s.delayed, **s.extra)
-        if s.block is not None:
-            kw["block_size"] = s.block
-        return DecodeConfig(**kw)
+        from wamdiff.decoding.grammar import GRAMMAR_FORMATS, Grammar
+
+        config = self.spec.decode
+        if config.grammar is None and self.spec.fmt in GRAMMAR_FORMATS:
+            if getattr(self, "_grammar", None) is None:
+                self._grammar = Grammar.for_format(tokenizer, self.spec.fmt)
+            config = replace(config, grammar=self._grammar)
+        return config
 
     def plan(self, scenes: list) -> list[Plan]:
         from wamdiff.decoding import generate
+        from wamdiff.driving.prompts import scene_prompt
         from wamdiff.driving.trajectory import parse_trajectory
         from wamdiff.models.processor import encode_prompt
 
-        prompt_fn = _scene_prompt_fn()
         model, tok = self._load()
-        vision = self._vision
-        config = self.decode_config()
         out: list[Plan] = []
-        for i in range(0, len(scenes), max(1, self.settings.batch)):
-            chunk = scenes[i: i + self.settings.batch]
-            prompts = [encode_prompt(tok, prompt_fn(s), [s.image] if vision else [], vision=vision,
+        for i in range(0, len(scenes), self.spec.batch):
+            chunk = scenes[i: i + self.spec.batch]
+            prompts = [encode_prompt(tok, scene_prompt(s), [s.image] if self._vision else [], vision=self._vision,
                                      image_processor=self._image_processor) for s in chunk]
             t0 = time.perf_counter()
-            gens = generate(model, tok, prompts, config)
+            gens = generate(model, tok, prompts, self._decode_config(tok))
             dt = (time.perf_counter() - t0) / max(1, len(chunk))
             for g in gens:
-                try:
-                    parsed = parse_trajectory(g.text, self.settings.fmt)
-                    xy, reason = (check_xy(parsed.xy) if parsed.ok else (None, parsed.reason or "parse failed"))
-                except Exception as err:  # noqa: BLE001 - tolerant parsing: count, never crash
-                    xy, reason = None, f"parser raised {type(err).__name__}: {err}"
-                out.append(Plan(xy, text=g.text, parse_ok=xy is not None, reason=reason, forwards=int(g.forwards),
+                parsed = parse_trajectory(g.text, self.spec.fmt)  # tolerant: never raises
+                xy, reason = check_xy(parsed.xy) if parsed.ok else (None, parsed.reason or "parse failed")
+                out.append(Plan(xy, text=g.text, ok=xy is not None, reason=reason, forwards=int(g.forwards),
                                 new_tokens=len(g.token_ids), latency_s=dt))
         return out
 
 
-def _scene_prompt_fn():
-    """The world engineer's `scene_prompt(scene)`, wherever it lives."""
-    import importlib
-
-    for mod in ("wamdiff.driving.prompts", "wamdiff.driving.prompt", "wamdiff.driving.wamdiff2_json", "wamdiff.driving.qa",
-                "wamdiff.driving.scene", "wamdiff.driving.dataset"):
-        try:
-            fn = getattr(importlib.import_module(mod), "scene_prompt", None)
-        except ImportError:
-            continue
-        if fn is not None:
-            return fn
-    raise ImportError("scene_prompt(scene) not found in wamdiff.driving")
+# -- factory, guarded calls, opt-in fallback ----------------------------------------------------------
+def make_planner(spec: PlannerSpec | str, evaluator=None):
+    """The planner of a spec (text is parsed first). `evaluator`: a PDMSEvaluator the reference may share."""
+    spec = PlannerSpec.parse(spec) if isinstance(spec, str) else spec
+    if spec.kind == "model":
+        return ModelPlanner(spec)
+    if spec.kind == "reference":
+        return ReferencePlanner(evaluator)
+    return {"expert": ExpertPlanner, "cv": ConstantVelocityPlanner}[spec.kind]()
 
 
-# -- fallback and factory ----------------------------------------------------------------------------
-FALLBACKS = {"cv": constant_velocity_xy}
-
-
-def with_fallback(scenes: list, plans: list[Plan], fallback: str = "cv") -> list[Plan]:
-    """Replace unusable plans by the fallback trajectory, keeping the failure visible (`parse_ok`, `fallback`)."""
+def plan_batch(planner, scenes: list) -> list[Plan]:
+    """One guarded `planner.plan(scenes)` call: a raising planner, a wrong number of plans or an unusable
+    trajectory gives failed Plans (with the reason); nothing raises."""
+    try:
+        plans = list(planner.plan(scenes) or [])
+    except Exception as err:  # noqa: BLE001 - a planner error at run time is a failed plan for each scene
+        return [failed(f"planner raised {type(err).__name__}: {err}") for _ in scenes]
     if len(plans) != len(scenes):
-        raise ValueError(f"planner returned {len(plans)} plans for {len(scenes)} scenes")
-    fn = FALLBACKS[fallback]
+        return [failed(f"planner returned {len(plans)} plans for {len(scenes)} scenes") for _ in scenes]
     out = []
-    for s, p in zip(scenes, plans):
+    for p in plans:
         xy, reason = check_xy(p.xy) if p.xy is not None else (None, p.reason or "no trajectory")
-        if xy is not None and p.parse_ok:
-            out.append(p)
-        else:
-            out.append(replace(p, xy=fn(s), heading=None, parse_ok=False, reason=p.reason or reason, fallback=fallback))
+        out.append(replace(p, xy=xy) if xy is not None and p.ok else replace(p, xy=None, ok=False, reason=p.reason or reason))
     return out
 
 
-def parse_options(spec: str, items: list[str]) -> dict:
-    """`key=value` items of a spec (after its path or stage name) as a dict of strings."""
-    opts = {}
-    for item in items:
-        k, sep, v = item.partition("=")
-        if not sep:
-            raise ValueError(f"planner spec {spec!r}: option {item!r} is not key=value")
-        opts[k.strip()] = v.strip()
-    return opts
+def with_fallback(scenes: list, plans: list[Plan], fallback) -> list[Plan]:
+    """Failed plans replaced by `fallback`'s (a planner) plans for the same scenes, kept visible (`ok`, `fallback`)."""
+    todo = [i for i, p in enumerate(plans) if not p.ok]
+    if not todo:
+        return plans
+    stand_in = plan_batch(fallback, [scenes[i] for i in todo])
+    out = list(plans)
+    for i, sub in zip(todo, stand_in):
+        out[i] = replace(plans[i], xy=sub.xy, heading=sub.heading, fallback=fallback.name if sub.scored else "")
+    return out
 
 
-def parse_spec(spec: str) -> tuple[str, str, dict]:
-    kind, _, rest = spec.partition(":")
-    if kind != "model":
-        if rest:
-            raise ValueError(f"planner spec {spec!r}: only 'model:' takes arguments")
-        return kind, "", {}
-    path, *items = rest.split(",")
-    opts = parse_options(spec, items)
-    if not path:
-        raise ValueError(f"planner spec {spec!r}: missing checkpoint path")
-    return kind, path, opts
+def fallback_planner(spec: PlannerSpec, evaluator=None):
+    """The opted-in fallback of a spec, or None (failures score as failures)."""
+    return make_planner(PlannerSpec.parse(spec.fallback), evaluator) if spec.fallback else None
 
 
-def parse_flag(v: str) -> bool:
-    w = v.strip().lower()
-    if w not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
-        raise ValueError(f"not a yes/no value: {v!r}")
-    return w in ("1", "true", "yes", "on")
-
-
-def make_planner(spec: str, evaluator=None):
-    """"expert" | "cv" | "reference" | "model:PATH[,mode=block,threshold=0.9,block=32,delayed=1,...]"."""
-    kind, path, opts = parse_spec(spec)
-    if kind == "expert":
-        return ExpertPlanner()
-    if kind == "cv":
-        return ConstantVelocityPlanner()
-    if kind == "reference":
-        return ReferencePlanner(evaluator)
-    if kind == "model":
-        s = ModelSettings()
-        casts = {"mode": str, "threshold": float, "block": int, "steps": int, "fmt": str, "batch": int,
-                 "max_new_tokens": int, "fallback": str, "strategy": str, "delayed": parse_flag}
-        for k, v in opts.items():
-            if k in casts:
-                try:
-                    setattr(s, k, casts[k](v))
-                except ValueError as err:
-                    raise ValueError(f"planner spec {spec!r}: bad value for {k}: {v!r}") from err
-            else:
-                raise ValueError(f"planner spec {spec!r}: unknown option {k!r} (known: {sorted(casts)})")
-        if s.fallback not in FALLBACKS:
-            raise ValueError(f"planner spec {spec!r}: unknown fallback {s.fallback!r}")
-        return ModelPlanner(path, s)
-    raise ValueError(f"unknown planner spec {spec!r}: use expert, cv, reference or model:PATH[,key=value...]")
-
-
-def plan_all(planner, scenes: list, batch: int = 64, fallback: str = "cv", progress=None) -> list[Plan]:
-    """Run a planner over scenes in batches and apply the counted fallback."""
-    fb = getattr(getattr(planner, "settings", None), "fallback", fallback)
+def plan_scenes(planner, scenes: list, *, batch: int = 64, fallback=None, progress=None) -> list[Plan]:
+    """Every scene planned once, `batch` scenes per guarded call; failed plans stay failed unless a `fallback`
+    planner is given. `progress(n)` after each call."""
     if hasattr(planner, "prepare"):
         planner.prepare()  # loading errors are configuration errors: raise them
     plans: list[Plan] = []
     for i in range(0, len(scenes), batch):
         chunk = scenes[i: i + batch]
-        try:
-            raw = planner.plan(chunk)
-        except Exception as err:  # noqa: BLE001 - a crashing planner batch falls back, counted
-            raw = [Plan(None, parse_ok=False, reason=f"planner raised {type(err).__name__}: {err}") for _ in chunk]
-        plans.extend(with_fallback(chunk, raw, fb))
+        raw = plan_batch(planner, chunk)
+        plans.extend(with_fallback(chunk, raw, fallback) if fallback is not None else raw)
         if progress is not None:
             progress(len(chunk))
     return plans

@@ -1,9 +1,9 @@
-"""Results on disk: CSV per scene, JSON aggregates, PNG plots (BEV, sub-score bars, closed-loop strips)."""
+"""Results on disk: CSV per scene and the PNG plots (BEV, sub-score bars, closed-loop strips); JSON goes through
+`wamdiff.jsonfile.write_json`."""
 
 from __future__ import annotations
 
 import csv
-import json
 import math
 import re
 from pathlib import Path
@@ -17,16 +17,15 @@ def safe_name(spec: str) -> str:
     if rest:
         parts = rest.split(",")
         rest = "_".join([Path(parts[0]).name or "ckpt", *[p.replace("=", "-") for p in parts[1:]]])
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", f"{kind}_{rest}" if rest else kind)
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", (f"{kind}_{rest}" if rest else kind).replace("+", "plus"))
 
 
-def _jsonable(v):
+def _cell(v):
+    """A CSV cell: numpy scalars as Python numbers, non-finite floats empty."""
     if isinstance(v, (np.floating, np.integer)):
         v = v.item()
     if isinstance(v, float) and not math.isfinite(v):
         return None
-    if isinstance(v, np.ndarray):
-        return v.tolist()
     return v
 
 
@@ -40,15 +39,7 @@ def write_csv(rows: list[dict], path: Path) -> Path:
         w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
         w.writeheader()
         for r in rows:
-            w.writerow({k: _jsonable(r.get(k)) for k in cols})
-    tmp.replace(path)
-    return path
-
-
-def write_json(obj, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, default=_jsonable))
+            w.writerow({k: _cell(r.get(k)) for k in cols})
     tmp.replace(path)
     return path
 
@@ -63,20 +54,6 @@ def _plt():
     return plt
 
 
-def _draw_map(scene, ax):
-    from matplotlib.patches import Polygon as MplPolygon
-
-    for p in scene.map.drivable_polygons:
-        ax.add_patch(MplPolygon(np.asarray(p), closed=True, fc="#e6e6e6", ec="none", zorder=0))
-    for p in scene.map.intersection_polygons:
-        ax.add_patch(MplPolygon(np.asarray(p), closed=True, fc="#dcdcf0", ec="none", zorder=0))
-    for p in scene.map.lane_polygons:
-        ax.add_patch(MplPolygon(np.asarray(p), closed=True, fc="none", ec="#bbbbbb", lw=0.5, zorder=1))
-    rc = np.asarray(scene.map.route_centerline)
-    if len(rc):
-        ax.plot(rc[:, 0], rc[:, 1], ls="--", c="#7a7a7a", lw=0.8, zorder=1, label="route")
-
-
 def _draw_boxes(ax, corners, color, alpha=1.0, lw=0.8, fill=False, zorder=3):
     from matplotlib.patches import Polygon as MplPolygon
 
@@ -86,53 +63,27 @@ def _draw_boxes(ax, corners, color, alpha=1.0, lw=0.8, fill=False, zorder=3):
 
 def plot_bev(scene, trajectories: dict[str, np.ndarray], path: Path, sim_states: dict[str, np.ndarray] | None = None,
              title: str = "") -> Path:
-    """Scene from above with the plans and the simulated ego boxes every second.
+    """Scene from above (the world's `driving.viewer.plot_scene`, x forward drawn up) with the plans and each
+    plan's simulated ego box every second, in the plan's colour."""
+    from wamdiff.driving import viewer
 
-    Uses the world's `driving.viewer.plot_scene` (x forward drawn up) when present, else a plain drawing.
-    """
-    from .pdms.vehicle import box_corners, scene_vehicle, states_to_corners
+    from .pdms.vehicle import scene_vehicle, states_to_corners
 
     plt = _plt()
     veh = scene_vehicle(scene)
-    colors = ["tab:orange", "tab:purple", "tab:cyan", "tab:olive", "tab:pink", "tab:brown"]
-    try:
-        from wamdiff.driving import viewer
-
-        plot_scene = viewer.plot_scene
-        colors = list(getattr(viewer, "_EXTRA_COLOURS", colors))  # simulated boxes in their plan's colour
-    except (ImportError, AttributeError):
-        plot_scene = None
-    if plot_scene is not None:
-        fig, ax = plt.subplots(figsize=(6, 7))
-        # the viewer draws the logged expert itself
-        trajectories = {k: v for k, v in trajectories.items() if k not in ("expert", "expert(log)")}
-        sim_states = {k: v for k, v in (sim_states or {}).items() if k in trajectories}
-        plot_scene(scene, trajectories, ax)
-        to_screen = lambda xy: np.stack([-xy[..., 1], xy[..., 0]], -1)  # noqa: E731 - the viewer's frame
-    else:
-        fig, ax = plt.subplots(figsize=(7, 5))
-        _draw_map(scene, ax)
-        b, v = np.asarray(scene.agent_boxes), np.asarray(scene.agent_valid, bool)
-        if len(b):
-            sel = v[:, 0]
-            _draw_boxes(ax, box_corners(b[sel, 0, 0], b[sel, 0, 1], b[sel, 0, 2], b[sel, 0, 3] / 2, b[sel, 0, 4] / 2), "#c0392b")
-        for i, (name, xy) in enumerate(trajectories.items()):
-            xy = np.asarray(xy)
-            ax.plot(np.r_[0, xy[:, 0]], np.r_[0, xy[:, 1]], "o-", ms=3, c=colors[i % len(colors)], label=name, zorder=4)
-        _draw_boxes(ax, box_corners(0.0, 0.0, 0.0, veh.half_length, veh.half_width, veh.rear_axle_to_center)[None], "k", lw=1.2)
-        to_screen = lambda xy: xy  # noqa: E731
-        ax.set_aspect("equal")
-        ax.set_title(title or f"{scene.scene_id} ({scene.family}, {scene.command})", fontsize=9)
-    for i, (name, st) in enumerate((sim_states or {}).items()):
+    colors = list(viewer.PLAN_COLOURS)
+    fig, ax = plt.subplots(figsize=(6, 7))
+    # the viewer draws the logged expert itself
+    trajectories = {k: v for k, v in trajectories.items() if v is not None and k not in ("expert", "expert(log)")}
+    sim_states = {k: v for k, v in (sim_states or {}).items() if k in trajectories}
+    viewer.plot_scene(scene, trajectories, ax)
+    if title:
+        ax.set_title(title, fontsize=9)
+    for i, (name, st) in enumerate(sim_states.items()):
         corners = states_to_corners(np.asarray(st)[10::10], veh)
-        _draw_boxes(ax, to_screen(corners), colors[i % len(colors)], alpha=0.9, lw=0.9, zorder=8)
+        _draw_boxes(ax, np.stack([-corners[..., 1], corners[..., 0]], -1), colors[i % len(colors)], alpha=0.9, lw=0.9,
+                    zorder=8)  # into the viewer's frame
         ax.plot([], [], c=colors[i % len(colors)], lw=0.9, label=f"{name} simulated (1 s)")
-    if plot_scene is None:
-        allp = np.concatenate([np.zeros((1, 2))] + [np.asarray(x) for x in trajectories.values()])
-        cx, cy = allp[:, 0].mean(), allp[:, 1].mean()
-        span = max(40.0, np.ptp(allp[:, 0]) + 20, np.ptp(allp[:, 1]) + 20)
-        ax.set_xlim(cx - span / 2, cx + span / 2)
-        ax.set_ylim(cy - span * 0.35, cy + span * 0.35)
     ax.legend(loc="lower right", fontsize=6)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()

@@ -7,6 +7,7 @@ __getattr__, __all__ = lazy_exports(__name__, {
               "load_image_processor", "load_model", "model_info", "save_model"],
     "convert": ["DiffusionSettings", "diffusion_settings", "set_block_size", "to_diffusion"],
     "processor": ["EncodedPrompt", "encode_answer", "encode_prompt"],
-    "tokenizer": ["build_tokenizer", "token_id"],
+    "tokenizer": ["build_tokenizer"],
+    "tokens": ["token_id"],
 })
 from wamdiff.models import tokens as tokens  # noqa: E402  (light: strings only; re-exported)

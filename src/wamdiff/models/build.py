@@ -18,7 +18,8 @@ from transformers import (
 
 from wamdiff.diffusion.attention import install_attention
 from wamdiff.models import tokens as T
-from wamdiff.models.tokenizer import add_special_tokens, token_id
+from wamdiff.models.tokenizer import add_special_tokens
+from wamdiff.models.tokens import token_id
 
 PATCH, TEMPORAL_PATCH, MERGE, IMAGE_SIDE = 8, 2, 2, 64
 

@@ -65,7 +65,7 @@ def encode_prompt(tokenizer, human_text: str, images=(), *, vision: bool = True,
         f"{T.VISION_START}{T.IMAGE_PAD * n}{T.VISION_END}{piece}" for n, piece in zip(n_tokens, pieces[1:])
     )
     ids = torch.tensor(tokenizer.encode(chat_prompt(text), add_special_tokens=False), dtype=torch.long)
-    image_id = tokenizer.convert_tokens_to_ids(T.IMAGE_PAD)
+    image_id = T.token_id(tokenizer, T.IMAGE_PAD)
     return EncodedPrompt(ids, px["pixel_values"], grid.long(), (ids == image_id).long())
 
 

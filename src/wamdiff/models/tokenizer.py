@@ -1,8 +1,9 @@
 """The default world's tokenizer: a small byte-level BPE trained at build time on the prompt templates.
 
 Byte-level means any text (ASCII or not) round-trips losslessly; digits and punctuation marks are split one
-per token before BPE (digits as Qwen does), so numbers never merge and waypoint text has one token per character; merges are learned from a fixed corpus so the vocabulary (~700
-entries including the 256 bin tokens and the specials) is identical on every run.
+per token before BPE (digits as Qwen does), so numbers never merge and waypoint text has one token per
+character; merges are learned from a fixed corpus so the vocabulary (~700 entries including the 256 bin tokens
+and the specials) is identical on every run.
 """
 
 from __future__ import annotations
@@ -85,11 +86,3 @@ def add_special_tokens(tokenizer) -> int:
         if getattr(tokenizer, attr) is None:
             setattr(tokenizer, attr, value)
     return added
-
-
-def token_id(tokenizer, token: str) -> int:
-    """Id of a special token; ValueError if the vocabulary lacks it."""
-    i = tokenizer.convert_tokens_to_ids(token)
-    if i is None or (i == tokenizer.unk_token_id and token != tokenizer.unk_token):
-        raise ValueError(f"token {token!r} is absent from the tokenizer's vocabulary")
-    return i

@@ -1,4 +1,5 @@
-"""Special-token strings shared by every area (Qwen chat conventions + what masked diffusion needs)."""
+"""Special-token strings shared by every area (Qwen chat conventions + what masked diffusion needs), and the one
+look-up of a token's id (`token_id`)."""
 
 MASK = "<|mask|>"  # the absorbing state of masked diffusion
 PAD = "<|endoftext|>"  # pads prompts (left) and fills the answer tail after IM_END (right)
@@ -32,3 +33,12 @@ DELTA_X_TOKENS = [f"<|dx_{i}|>" for i in range(N_DELTA_X)]
 DELTA_Y_TOKENS = [f"<|dy_{i}|>" for i in range(N_DELTA_Y)]
 CHAT_TOKENS = [PAD, IM_START, IM_END, MASK, VISION_START, VISION_END, IMAGE_PAD, VIDEO_PAD]
 SPECIAL_TOKENS = [*CHAT_TOKENS, *BIN_TOKENS, *DELTA_X_TOKENS, *DELTA_Y_TOKENS]
+
+
+def token_id(tokenizer, token: str) -> int:
+    """Id of a special token; ValueError if the vocabulary lacks it (an unknown token maps to unk, not None)."""
+    i = tokenizer.convert_tokens_to_ids(token)
+    unk = getattr(tokenizer, "unk_token_id", None)
+    if i is None or (unk is not None and i == unk and token != getattr(tokenizer, "unk_token", None)):
+        raise ValueError(f"token {token!r} is absent from the tokenizer's vocabulary")
+    return int(i)

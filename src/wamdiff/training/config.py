@@ -11,12 +11,36 @@ from __future__ import annotations
 import copy
 import dataclasses
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-KINDS = ("ar_sft", "block", "distill_block", "distill_model")
+
+class RecipeKind(str, Enum):
+    """What a recipe trains. Code asks the kind what it means (`diffusion`, `distills`); nothing else spells it."""
+
+    AR_SFT = "ar_sft"  # next-token SFT of the AR VLA
+    BLOCK = "block"  # block-causal masked diffusion at block size B
+    DISTILL_BLOCK = "distill_block"  # same model family, a diffusion teacher at a smaller B (B/2 by default)
+    DISTILL_MODEL = "distill_model"  # a larger teacher (diffusion or AR) into a smaller student at B
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def diffusion(self) -> bool:
+        """The student is a block-diffusion model (converted, decoded block by block)."""
+        return self is not RecipeKind.AR_SFT
+
+    @property
+    def distills(self) -> bool:
+        """The loss compares the student with a frozen teacher."""
+        return self in (RecipeKind.DISTILL_BLOCK, RecipeKind.DISTILL_MODEL)
+
+    def default_teacher_block_size(self, block_size: int) -> int:
+        return max(1, block_size // 2) if self is RecipeKind.DISTILL_BLOCK else block_size
 
 
 @dataclass
@@ -111,7 +135,7 @@ class LogSection:
 @dataclass
 class Recipe:
     name: str = "run"
-    kind: str = "ar_sft"
+    kind: RecipeKind = RecipeKind.AR_SFT
     seed: int = 0
     output_dir: str = "runs/run"
     threads: int | None = None  # torch threads per process (None: leave as is)
@@ -126,17 +150,17 @@ class Recipe:
 
     @property
     def block_size(self) -> int:
-        return 1 if self.kind == "ar_sft" else int(self.model.block_size)
+        return int(self.model.block_size) if self.kind.diffusion else 1
 
     @property
     def teacher_block_size(self) -> int:
         """The teacher's block size: the configured one, else B/2 (distill_block) or B (distill_model)."""
         if self.teacher.block_size is not None:
             return int(self.teacher.block_size)
-        return max(1, self.block_size // 2) if self.kind == "distill_block" else self.block_size
+        return self.kind.default_teacher_block_size(self.block_size)
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        return {**dataclasses.asdict(self), "kind": self.kind.value}  # plain values (YAML / JSON)
 
 
 # ----------------------------------------------------------------------------------------------- loading
@@ -219,7 +243,12 @@ def _build(cls, values: Any, where: str):
         f = known[name]
         sub = f"{where}.{name}" if where else name
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-        if dataclasses.is_dataclass(default):
+        if isinstance(default, RecipeKind):
+            try:
+                kwargs[name] = RecipeKind(value)
+            except ValueError:
+                raise ValueError(f"recipe field {sub}: {value!r} is not one of {[k.value for k in RecipeKind]}") from None
+        elif dataclasses.is_dataclass(default):
             kwargs[name] = _build(type(default), value, sub)
         elif name == "train" and cls is DataSection:
             kwargs[name] = _data_sources(value, sub)
@@ -259,8 +288,6 @@ def validate(r: Recipe) -> Recipe:
     def bad(field_: str, msg: str):
         raise ValueError(f"recipe {r.name!r} field {field_}: {msg}")
 
-    if r.kind not in KINDS:
-        bad("kind", f"{r.kind!r} is not one of {KINDS}")
     if not r.data.train:
         bad("data.train", "no training file given")
     if any(s.weight < 0 for s in r.data.train) or sum(s.weight for s in r.data.train) <= 0:
@@ -275,12 +302,12 @@ def validate(r: Recipe) -> Recipe:
         bad("optim.mixed_precision", f"{r.optim.mixed_precision!r} is not bf16 | no")
     if not 0.0 < r.diffusion.min_rate <= 1.0:
         bad("diffusion.min_rate", "must be in (0, 1]")
-    if r.kind in ("distill_block", "distill_model"):
+    if r.kind.distills:
         if not r.teacher.path:
             bad("teacher.path", f"{r.kind} needs a teacher checkpoint")
         if r.teacher.kind not in ("diffusion", "ar"):
             bad("teacher.kind", f"{r.teacher.kind!r} is not diffusion | ar")
-        if r.kind == "distill_block" and r.teacher.kind != "diffusion":
+        if r.kind is RecipeKind.DISTILL_BLOCK and r.teacher.kind != "diffusion":
             bad("teacher.kind", "distill_block is same-paradigm: the teacher must be a diffusion model")
         if r.teacher_block_size < 1:
             bad("teacher.block_size", "must be >= 1")

@@ -76,10 +76,10 @@ def qa_exact_match(model, tokenizer, examples: list[Example], recipe) -> dict:
     from wamdiff.decoding import DecodeConfig, generate
 
     qa = recipe.eval.qa
-    if recipe.kind == "ar_sft":
-        cfg = DecodeConfig(mode="ar", max_new_tokens=qa.max_new_tokens)
-    else:
+    if recipe.kind.diffusion:
         cfg = DecodeConfig(mode="block", block_size=recipe.block_size, max_new_tokens=qa.max_new_tokens)
+    else:
+        cfg = DecodeConfig(mode="ar", max_new_tokens=qa.max_new_tokens)
     hits = finished = 0
     for i in range(0, len(examples), qa.batch_size):
         chunk = examples[i : i + qa.batch_size]
@@ -104,14 +104,15 @@ def teacher_student_overlap(student: str, teacher: str, *, teacher_kind: str, da
     import json
     from pathlib import Path
 
-    from wamdiff.training.config import load_recipe
+    from wamdiff.models.tokens import PAD, token_id
+    from wamdiff.training.config import RecipeKind, load_recipe
     from wamdiff.training.data import load_examples
-    from wamdiff.training.trainer import _pad_token_id, load_student, load_teacher
+    from wamdiff.training.loading import load_student, load_teacher
 
     if block_size is None:  # the student's own block size, from its saved diffusion settings
         saved = json.loads((Path(student) / "config.json").read_text()).get("diffusion") or {}
         block_size = int(saved.get("block_size", 1))
-    recipe = load_recipe({"name": f"overlap_{teacher_kind}", "kind": "distill_model", "seed": seed,
+    recipe = load_recipe({"name": f"overlap_{teacher_kind}", "kind": RecipeKind.DISTILL_MODEL.value, "seed": seed,
                           "model": {"init": str(student), "block_size": block_size},
                           "data": {"train": [str(data)], "val": str(data)},
                           "teacher": {"path": str(teacher), "kind": teacher_kind,
@@ -120,7 +121,7 @@ def teacher_student_overlap(student: str, teacher: str, *, teacher_kind: str, da
     model.eval()
     objective = build_objective(recipe, tokenizer.mask_token_id, load_teacher(recipe, tokenizer))
     examples = load_examples(data, tokenizer, vision=model_is_vision(model), limit=samples, image_processor=image_processor)
-    m = validation_metrics(model, objective, examples, batch_size=batch_size, pad_id=_pad_token_id(tokenizer), seed=seed)
+    m = validation_metrics(model, objective, examples, batch_size=batch_size, pad_id=token_id(tokenizer, PAD), seed=seed)
     return {"teacher_kind": teacher_kind, "teacher": str(teacher), "student": str(student), "samples": len(examples),
             "top5_overlap": m.get("val_top5_overlap"), "student_masked_acc": m.get("val_masked_acc"),
             "teacher_masked_acc": m.get("val_teacher_masked_acc")}

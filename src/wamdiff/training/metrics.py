@@ -8,7 +8,6 @@ dropped when the logger reopens the file.
 from __future__ import annotations
 
 import csv
-import json
 import math
 from pathlib import Path
 
@@ -66,10 +65,3 @@ def read_metrics_csv(path: str | Path) -> dict[str, list[tuple[int, float]]]:
         for r in csv.DictReader(f):
             out.setdefault(r["name"], []).append((int(r["step"]), float(r["value"])))
     return out
-
-
-def write_json(path: str | Path, data: dict) -> None:
-    path = Path(path)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str))
-    tmp.replace(path)

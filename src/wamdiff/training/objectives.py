@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 import torch
 import torch.nn.functional as F
 
+from wamdiff.training.config import RecipeKind
 from wamdiff.training.data import Batch
 
 
@@ -68,7 +69,6 @@ def ar_loss(logits: torch.Tensor, targets: torch.Tensor, valid: torch.Tensor) ->
 class Objective:
     """Diffusion objectives share noising, complementary masking and the student forward; `loss` differs."""
 
-    kind = "base"
     streams = 2  # answer copies in the forward layout (x0 and xt), for token counting
 
     def __init__(self, recipe, mask_token_id: int):
@@ -134,7 +134,6 @@ def stacked_twice(b: Batch) -> Batch:
 
 
 class ArSft(Objective):
-    kind = "ar_sft"
     streams = 1
 
     def noise(self, batch: Batch, gen: torch.Generator) -> StepInputs:
@@ -152,7 +151,7 @@ class ArSft(Objective):
 
 
 class BlockDiffusion(Objective):
-    kind = "block"
+    """Masked-diffusion cross-entropy at the masked x_t positions, 1/t weighted."""
 
     def loss(self, model, inputs: StepInputs) -> tuple[torch.Tensor, dict]:
         from wamdiff.diffusion.losses import masked_diffusion_loss
@@ -164,8 +163,6 @@ class BlockDiffusion(Objective):
 
 class Distill(Objective):
     """Shared by distill_block and distill_model: frozen teacher, symmetric JSD at masked x_t positions."""
-
-    kind = "distill"
 
     def __init__(self, recipe, mask_token_id: int, teacher):
         super().__init__(recipe, mask_token_id)
@@ -204,13 +201,17 @@ class Distill(Objective):
         return cfg.kd_ratio * kd + (1.0 - cfg.kd_ratio) * ce, logs
 
 
+OBJECTIVES = {  # the registry: one line per recipe kind
+    RecipeKind.AR_SFT: ArSft,
+    RecipeKind.BLOCK: BlockDiffusion,
+    RecipeKind.DISTILL_BLOCK: Distill,
+    RecipeKind.DISTILL_MODEL: Distill,
+}
+
+
 def build_objective(recipe, mask_token_id: int, teacher=None) -> Objective:
-    if recipe.kind == "ar_sft":
-        return ArSft(recipe, mask_token_id)
-    if recipe.kind == "block":
-        return BlockDiffusion(recipe, mask_token_id)
-    if recipe.kind in ("distill_block", "distill_model"):
+    if recipe.kind.distills:
         if teacher is None:
             raise ValueError(f"recipe {recipe.name!r}: {recipe.kind} needs a teacher model")
         return Distill(recipe, mask_token_id, teacher)
-    raise ValueError(f"recipe {recipe.name!r}: unknown kind {recipe.kind!r}")
+    return OBJECTIVES[recipe.kind](recipe, mask_token_id)

@@ -26,9 +26,12 @@ from typing import Callable
 import torch
 
 from wamdiff.training import checkpoint as ckpt
-from wamdiff.training.config import Recipe, load_recipe
+from wamdiff.jsonfile import write_json
+from wamdiff.models.tokens import MASK, PAD, token_id
+from wamdiff.training.config import Recipe, RecipeKind, load_recipe
 from wamdiff.training.data import Batch, MixtureSampler, collate, dataset_camera, load_examples
-from wamdiff.training.metrics import MetricsLogger, read_metrics_csv, write_json
+from wamdiff.training.loading import load_student, load_teacher
+from wamdiff.training.metrics import MetricsLogger, read_metrics_csv
 from wamdiff.training.objectives import Objective, StepInputs, build_objective
 
 
@@ -105,59 +108,6 @@ def step_generator(seed: int, step: int, salt: int = 0) -> torch.Generator:
     return torch.Generator().manual_seed((seed * 1_000_003 + step * 7_919 + salt) % (2**63 - 1))
 
 
-def _mask_token_id(tokenizer) -> int:
-    from wamdiff.models.tokens import MASK
-
-    tid = tokenizer.convert_tokens_to_ids(MASK)
-    if tid is None or tid == tokenizer.unk_token_id:
-        raise ValueError(f"tokenizer has no mask token {MASK!r}")
-    return int(tid)
-
-
-def _pad_token_id(tokenizer) -> int:
-    from wamdiff.models.tokens import PAD
-
-    return int(tokenizer.convert_tokens_to_ids(PAD))
-
-
-# ------------------------------------------------------------------------------------------------ models
-
-
-def load_student(recipe: Recipe):
-    """(model, tokenizer, image processor) from the recipe's init checkpoint or preset, at its block size."""
-    from wamdiff.models.build import build_image_processor, build_model, load_image_processor, load_model
-    from wamdiff.models.convert import to_diffusion
-    from wamdiff.models.tokenizer import build_tokenizer
-
-    if recipe.model.init:
-        if not Path(recipe.model.init).exists():
-            raise ValueError(f"recipe {recipe.name!r} field model.init: checkpoint {recipe.model.init} does not exist")
-        model, tokenizer = load_model(recipe.model.init)
-        image_processor = load_image_processor(recipe.model.init)
-    else:
-        tokenizer = build_tokenizer()
-        model = build_model(recipe.model.preset, tokenizer, vision=recipe.model.vision, seed=recipe.seed)
-        image_processor = build_image_processor()
-    if recipe.kind != "ar_sft":
-        model = to_diffusion(model, recipe.block_size)
-    return model, tokenizer, image_processor
-
-
-def load_teacher(recipe: Recipe, tokenizer):
-    from wamdiff.models.build import load_model
-    from wamdiff.models.convert import to_diffusion
-
-    path = recipe.teacher.path
-    if not Path(path).exists():
-        raise ValueError(f"recipe {recipe.name!r} field teacher.path: checkpoint {path} does not exist")
-    teacher, t_tok = load_model(path)
-    if _mask_token_id(t_tok) != _mask_token_id(tokenizer) or len(t_tok) != len(tokenizer):
-        raise ValueError(f"recipe {recipe.name!r}: teacher {path} uses a different tokenizer than the student")
-    if recipe.teacher.kind == "diffusion":
-        teacher = to_diffusion(teacher, recipe.teacher_block_size)
-    return teacher.eval().requires_grad_(False)
-
-
 # ------------------------------------------------------------------------------------------------ trainer
 
 
@@ -179,8 +129,8 @@ class Trainer:
 
         torch.manual_seed(r.seed)  # same initial weights on every process
         self.model, self.tokenizer, self.image_processor = load_student(r)
-        self.mask_id, self.pad_id = _mask_token_id(self.tokenizer), _pad_token_id(self.tokenizer)
-        teacher = load_teacher(r, self.tokenizer) if r.kind.startswith("distill") else None
+        self.mask_id, self.pad_id = token_id(self.tokenizer, MASK), token_id(self.tokenizer, PAD)
+        teacher = load_teacher(r, self.tokenizer) if r.kind.distills else None
         self.objective: Objective = build_objective(r, self.mask_id, teacher)
         if teacher is not None:
             teacher.to(self.accelerator.device)
@@ -281,7 +231,8 @@ class Trainer:
 
     def step_inputs(self, step: int) -> StepInputs:
         batch = self.next_global_batch()
-        if self.recipe.kind == "distill_model" and self.recipe.teacher.onpolicy_every > 0 and step % self.recipe.teacher.onpolicy_every == 0:
+        every = self.recipe.teacher.onpolicy_every
+        if self.recipe.kind is RecipeKind.DISTILL_MODEL and every > 0 and step % every == 0:
             batch = self.onpolicy_refresh(batch)
         return self.objective.noise(batch, step_generator(self.recipe.seed, step))
 
@@ -329,7 +280,7 @@ class Trainer:
     def train_step(self, step: int) -> dict:
         r, acc = self.recipe, self.accelerator
         inputs = self.step_inputs(step)
-        tokens = inputs.batch.n_tokens(self.objective.streams) * (2 if r.diffusion.complementary and r.kind != "ar_sft" else 1)
+        tokens = inputs.batch.n_tokens(self.objective.streams) * (2 if r.diffusion.complementary and r.kind.diffusion else 1)
         self.model.train()
         total = torch.zeros(())
         extra: dict[str, torch.Tensor] = {}
@@ -501,9 +452,9 @@ class Trainer:
     def run(self) -> RunResult:
         r = self.recipe
         t_start = time.perf_counter()
-        summary: dict = {"recipe": r.name, "kind": r.kind, "block_size": r.block_size, "processes": self.world,
+        summary: dict = {"recipe": r.name, "kind": r.kind.value, "block_size": r.block_size, "processes": self.world,
                          "mixed_precision": r.optim.mixed_precision, "global_batch": r.optim.batch_size}
-        if r.kind.startswith("distill"):
+        if r.kind.distills:
             summary.update(teacher=r.teacher.path, teacher_kind=r.teacher.kind, teacher_block_size=r.teacher_block_size)
         if self.resumed_from is None:
             if r.eval.qa.at_start and self.qa_set:

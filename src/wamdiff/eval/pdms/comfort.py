@@ -23,18 +23,13 @@ import functools
 import numpy as np
 from scipy.signal import savgol_filter
 
+from wamdiff.comfort_bounds import COMFORT_BOUNDS
+
 from .vehicle import AX, AY, HEADING, PACIFICA, YAW_ACC, YAW_RATE
 
 PACIFICA_REAR_AXLE_TO_CENTER = PACIFICA.rear_axle_to_center
 
-BOUNDS = {  # name: (min, max), strict
-    "lon_acc": (-4.05, 2.40),
-    "lat_acc": (-4.89, 4.89),
-    "jerk": (-8.37, 8.37),
-    "lon_jerk": (-4.13, 4.13),
-    "yaw_acc": (-1.93, 1.93),
-    "yaw_rate": (-0.95, 0.95),
-}
+BOUNDS = COMFORT_BOUNDS  # name: (min, max), strict
 
 
 @functools.lru_cache(maxsize=64)

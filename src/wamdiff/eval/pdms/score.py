@@ -3,6 +3,11 @@
 Per scene NAVSIM scores two proposals together, [cached reference, plan], so EP is normalised by the best
 multiplier-weighted progress of the two. Scenes whose scoring raises are kept as rows marked invalid (with
 the reason), counted, and left out of every mean.
+
+A failed plan (no trajectory: the planner's text did not parse, it raised, ...) on a valid scene scores as a
+failure: PDMS 0 and every term that makes it up 0 (NC, DAC, TTC, EP, C and each comfort part; with EPDMS also
+DDC, TLC, LK, HC, EC), progress 0, and `plan_failed` True. It counts in every mean, so a planner cannot look
+better by failing; `pdms_own_plans` is the mean over the plans the planner produced itself.
 """
 
 from __future__ import annotations
@@ -119,7 +124,7 @@ class PDMSEvaluator:
 
     # -- scoring -------------------------------------------------------------------------------------
     def score(self, scenes: list, plans: list, planner_name: str = "") -> list[dict]:
-        """One row per (scene, plan). Plans must be usable (apply `planners.with_fallback` first)."""
+        """One row per (scene, plan); a plan without a trajectory (`plan.xy is None`) scores as a failure."""
         if len(scenes) != len(plans):
             raise ValueError(f"{len(scenes)} scenes but {len(plans)} plans")
         rows: list[dict] = []
@@ -131,6 +136,9 @@ class PDMSEvaluator:
             try:
                 ctx = self.context(scene)
                 ref = self.reference_poses(scene)
+                if plan.xy is None:  # a failed plan on a valid scene: every term fails
+                    row.update(_failed_terms(self.config.epdms), plan_failed=True)
+                    continue
                 xy = np.asarray(plan.xy, float)
                 if xy.shape != (8, 2) or not np.isfinite(xy).all():
                     raise ValueError(f"plan has shape {xy.shape} or non-finite values")
@@ -184,9 +192,15 @@ class PDMSEvaluator:
 def _base_row(scene, plan, planner_name: str) -> dict:
     return {
         "scene_id": scene.scene_id, "family": scene.family, "split": scene.split, "planner": planner_name,
-        "valid": True, "reason": "", "parse_ok": bool(plan.parse_ok), "fallback": plan.fallback,
+        "valid": True, "reason": "", "plan_ok": bool(plan.ok), "plan_failed": False, "fallback": plan.fallback,
         "plan_reason": plan.reason, "version": PDMS_VERSION,
     }
+
+
+def _failed_terms(epdms: bool) -> dict:
+    """The sub-scores of a failed plan: all 0 (see the module docstring)."""
+    keys = [*METRICS, *COMFORT_PARTS, "progress_m", *((*EPDMS_METRICS, "epdms_ep") if epdms else ())]
+    return dict.fromkeys(keys, 0.0)
 
 
 def aggregate(rows: list[dict], epdms: bool = False, config: PDMSConfig | None = None) -> dict:
@@ -196,12 +210,12 @@ def aggregate(rows: list[dict], epdms: bool = False, config: PDMSConfig | None =
     def summary(rs: list[dict]) -> dict:
         valid = [r for r in rs if r["valid"]]
         out = {"n": len(rs), "n_valid": len(valid), "n_invalid": len(rs) - len(valid),
-               "n_parse_fail": sum(not r["parse_ok"] for r in rs), "n_fallback": sum(bool(r["fallback"]) for r in rs)}
+               "n_failed": sum(not r["plan_ok"] for r in rs), "n_fallback": sum(bool(r["fallback"]) for r in rs)}
         for k in keys:
             vals = [r[k] for r in valid if r.get(k) is not None]
             out[k] = float(np.mean(vals)) if vals else None
-        parsed = [r["pdms"] for r in valid if r["parse_ok"] and r.get("pdms") is not None]
-        out["parsed_pdms"] = float(np.mean(parsed)) if parsed else None  # over the planner's own plans only
+        own = [r["pdms"] for r in valid if r["plan_ok"] and r.get("pdms") is not None]
+        out["pdms_own_plans"] = float(np.mean(own)) if own else None  # over the planner's own plans only
         return out
 
     families = sorted({r["family"] for r in rows})

@@ -1,0 +1,160 @@
+"""The benchmark grid and its run: every (compile, dtype, batch, B, tau, step cap, cache) point timed paired
+with AR on the same prompts.
+
+Honesty rules (DESIGN §2.2): same model object, dtype, cache class, compile setting and prompts for both
+decoders; a warm-up run before every timed configuration; only generated tokens (up to EOS) are counted;
+forwards per sample include the prefill and commits; the thread count is recorded. Absolute tok/s drifts
+between sessions on a shared CPU, the paired ratio much less: each diffusion run is timed right after its
+own AR run (interleaved), and the ratio is taken within the pair.
+
+Also measured (`step_cost`): the cost of one block forward of B tokens over the cache relative to one AR
+step, both inside their real decode loops (one token per forward, no EOS) — the denominator of the speedup:
+speedup = TPF / step-cost ratio.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from wamdiff.decoding.bench.headline import best_vs_best
+from wamdiff.decoding.bench.journal import Journal, fingerprint
+from wamdiff.decoding.bench.quality import quality
+from wamdiff.decoding.bench.timing import step_cost, summarize, timed_generate
+from wamdiff.decoding.config import ATTENTIONS, DTYPE_NAMES, DecodeConfig
+
+DTYPES = {name: DTYPE_NAMES[name] for name in ("fp32", "bf16")}  # the grid's dtypes
+
+
+@dataclass
+class BenchGrid:
+    """The configurations timed. `max_steps_per_block`: step caps per block (a cap decides the masks left at
+    the last step in parallel); `caches`: "exact" (every denoising step recomputes the block) and/or "delayed"
+    (`DecodeConfig.delayed_cache`); `compile`: torch.compile off and/or on (each setting applies to AR and
+    diffusion alike; the headline compares the best of each, so a setting that only helps one side counts)."""
+
+    batch_sizes: list[int] = field(default_factory=lambda: [1, 8])
+    block_sizes: list[int] = field(default_factory=lambda: [4, 8, 16, 32])
+    thresholds: list[float] = field(default_factory=lambda: [0.7, 0.8, 0.9, 0.95])
+    dtypes: list[str] = field(default_factory=lambda: ["fp32", "bf16"])
+    max_new_tokens: int = 160
+    max_steps_per_block: list[int] = field(default_factory=lambda: [32])
+    repeats: int = 1
+    compile: list[bool] = field(default_factory=lambda: [False])
+    step_cost: bool = True
+    step_cost_tokens: int = 64
+    step_cost_repeats: int = 3
+    caches: list[str] = field(default_factory=lambda: ["exact", "delayed"])
+    device: str = "cpu"
+    attention: str = "sdpa"  # DecodeConfig.attention, for AR and diffusion alike
+
+    def __post_init__(self) -> None:
+        if isinstance(self.compile, bool):
+            self.compile = [self.compile]
+        if isinstance(self.max_steps_per_block, int):
+            self.max_steps_per_block = [self.max_steps_per_block]
+        bad = [c for c in self.caches if c not in ("exact", "delayed")]
+        if bad:
+            raise ValueError(f"BenchGrid.caches: unknown {bad} (use exact and/or delayed)")
+        bad = [d for d in self.dtypes if d not in DTYPES]
+        if bad:
+            raise ValueError(f"BenchGrid.dtypes: unknown {bad} (use {sorted(DTYPES)})")
+        if self.attention not in ATTENTIONS:
+            raise ValueError(f"BenchGrid.attention: unknown {self.attention!r} (use one of {ATTENTIONS})")
+        if torch.device(self.device).type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"BenchGrid.device {self.device!r}: no CUDA device is visible on this machine")
+
+    def diffusion_points(self) -> list[tuple]:
+        """(B, tau, step cap, cache) of every diffusion configuration, in run order."""
+        return list(itertools.product(self.block_sizes, self.thresholds, self.max_steps_per_block, self.caches))
+
+
+def run_bench(model, tokenizer, prompts, grid: BenchGrid, *, expert=None, fmt=None, progress=None,
+              ar_model=None, ar_tokenizer=None, journal: Path | None = None) -> dict:
+    """The whole grid. Returns a JSON-able dict with `rows` (one per configuration) and `step_cost`.
+
+    `ar_model`: the AR baseline's own checkpoint (same class and tokenizer); default: `model` decoded AR.
+    `journal`: a JSON-lines file each finished row is appended to; a run with the same grid, models and
+    prompts reuses the rows found there (an interrupted benchmark resumes where it stopped).
+    The caller's models are never modified (each dtype runs on a cast copy)."""
+    rows, costs = [], []
+    log = Journal(journal, fingerprint(grid, prompts, model, ar_model)) if journal else None
+    if log and log.rows and progress:
+        progress(f"resuming: {len(log.rows)} rows and {len(log.costs)} step costs from {journal}")
+    base = copy.deepcopy(model).float()
+    ar_base = copy.deepcopy(ar_model).float() if ar_model is not None else None
+    ar_tok = ar_tokenizer or tokenizer
+    # every batch size decodes the same prompts (at least one full batch): batch n runs them in chunks of n
+    n_prompts = max(len(prompts), *grid.batch_sizes)
+    pool = [prompts[i % len(prompts)] for i in range(n_prompts)]
+    expert_pool = [expert[i % len(expert)] for i in range(n_prompts)] if expert else None
+
+    def timed_chunks(model_, tok_, cfg, n, warmup=True):
+        # compiled steps: every chunk may have a new prompt width (a new graph), so each chunk warms up
+        gens, wall = [], 0.0
+        for i in range(0, len(pool) - len(pool) % n, n):
+            g, w = timed_generate(model_, tok_, pool[i:i + n], cfg, grid.repeats,
+                                  warmup=warmup and (i == 0 or cfg.compile))
+            gens, wall = gens + g, wall + w
+        return gens, wall
+
+    for comp in grid.compile:
+        for dname in grid.dtypes:
+            keys = {n: [(comp, dname, n, *k) for k in grid.diffusion_points()] for n in grid.batch_sizes}
+            if log and all(k in log.rows for ks in keys.values() for k in ks) and (
+                    not grid.step_cost or (comp, dname) in log.costs):
+                costs += [log.costs[(comp, dname)]] if grid.step_cost else []
+                rows += [log.rows[k] for ks in keys.values() for k in ks]
+                continue
+            # fresh copies per (compile, dtype): a compiled step freezes the weights of the model it first saw
+            m = copy.deepcopy(base).to(grid.device, DTYPES[dname]).eval()
+            ar_m = copy.deepcopy(ar_base).to(grid.device, DTYPES[dname]).eval() if ar_base is not None else m
+            if grid.step_cost:
+                cost = log.costs.get((comp, dname)) if log else None
+                if cost is None:
+                    cost = {"dtype": dname, "compile": comp, "threads": torch.get_num_threads(),
+                            **step_cost(m, tokenizer, pool[0], grid.block_sizes, compile=comp, attention=grid.attention,
+                                        n_tokens=grid.step_cost_tokens, repeats=grid.step_cost_repeats)}
+                    if log:
+                        log.add("cost", cost)
+                costs.append(cost)
+                if progress:
+                    progress(f"step cost {dname}{' compiled' if comp else ''}: "
+                             + ", ".join(f"B{b} {cost[f'B{b}_ratio']:.2f}x" for b in grid.block_sizes))
+            for n in grid.batch_sizes:
+                used = len(pool) - len(pool) % n
+                ar_cfg = DecodeConfig(mode="ar", max_new_tokens=grid.max_new_tokens, compile=comp, attention=grid.attention)
+                if not log or any(k not in log.rows for k in keys[n]):
+                    timed_chunks(ar_m, ar_tok, ar_cfg, n, warmup=True)  # AR warm-up (every prompt width)
+                for key in keys[n]:
+                    b, tau, steps, cache = key[3:]
+                    if log and key in log.rows:
+                        rows.append(log.rows[key])
+                        continue
+                    # AR is re-timed next to every diffusion run: the ratio is taken within the pair
+                    ar_g, ar_wall = timed_chunks(ar_m, ar_tok, ar_cfg, n, warmup=False)
+                    ar = summarize(ar_g, ar_wall)
+                    cfg = DecodeConfig(mode="block", block_size=b, threshold=tau, compile=comp, max_steps_per_block=steps,
+                                       max_new_tokens=grid.max_new_tokens, delayed_cache=cache == "delayed",
+                                       attention=grid.attention)
+                    g, wall = timed_chunks(m, tokenizer, cfg, n)
+                    d = summarize(g, wall)
+                    exp = expert_pool[:used] if expert_pool else None
+                    row = {"dtype": dname, "compile": comp, "batch": n, "block_size": b, "threshold": tau,
+                           "max_steps": steps, "cache": cache, "ar": ar, "diffusion": d,
+                           "speedup": d["tok_s"] / ar["tok_s"], "prompts": used, "quality": quality(g, ar_g, exp, fmt),
+                           "ar_quality": quality(ar_g, ar_g, exp, fmt)}
+                    rows.append(row)
+                    if log:
+                        log.add("row", row)
+                    if progress:
+                        progress(row)
+    device = torch.cuda.get_device_name(grid.device) if grid.device.startswith("cuda") else "cpu"
+    return {"threads": torch.get_num_threads(), "torch": torch.__version__, "device": device, "grid": asdict(grid), "rows": rows,
+            "step_cost": costs, "n_params": sum(p.numel() for p in model.parameters()),
+            "ar_baseline": "separate AR checkpoint" if ar_model is not None else "same model, AR decoding",
+            "best": best_vs_best(rows)}

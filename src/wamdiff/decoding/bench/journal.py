@@ -1,0 +1,65 @@
+"""The benchmark's journal: finished rows and step costs as JSON lines, so an interrupted run resumes."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+JOURNAL = "bench.partial.jsonl"  # rows of an unfinished run, in the output folder
+
+
+def row_key(r: dict) -> tuple:
+    """A row's grid point: (compile, dtype, batch, B, tau, step cap, cache)."""
+    return r["compile"], r["dtype"], r["batch"], r["block_size"], r["threshold"], r["max_steps"], r["cache"]
+
+
+class Journal:
+    """Finished rows and step costs of one benchmark, appended as JSON lines after a fingerprint line. A file
+    with another fingerprint (other grid, models or prompts) is set aside as `<name>.stale` and started anew."""
+
+    def __init__(self, path: Path, fingerprint: str):
+        self.path, self.rows, self.costs = Path(path), {}, {}
+        entries = []
+        for line in self.path.read_text().splitlines() if self.path.exists() else []:
+            try:
+                entries.append(json.loads(line))
+            except json.JSONDecodeError:  # a line cut by the interruption: keep what parsed before it
+                break
+        if entries and entries[0].get("fingerprint") == fingerprint:
+            for e in entries[1:]:
+                if e.get("kind") == "row":
+                    self.rows[row_key(e["data"])] = e["data"]
+                elif e.get("kind") == "cost":
+                    self.costs[(e["data"]["compile"], e["data"]["dtype"])] = e["data"]
+            self._rewrite(fingerprint, entries[1:])  # drops a torn last line
+        else:
+            if self.path.exists():
+                self.path.replace(self.path.with_suffix(".stale"))
+            self._rewrite(fingerprint, [])
+
+    def _rewrite(self, fingerprint: str, entries: list) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text("".join(json.dumps(e) + "\n" for e in [{"fingerprint": fingerprint}, *entries]))
+        tmp.replace(self.path)
+
+    def add(self, kind: str, data: dict) -> None:
+        with open(self.path, "a") as fh:
+            fh.write(json.dumps({"kind": kind, "data": data}) + "\n")
+
+
+def fingerprint(grid, prompts, model, ar_model) -> str:
+    """Identity of a benchmark: the grid, the prompts' tokens and both models' weights (sums, float64)."""
+
+    def weights(m):
+        return None if m is None else [round(float(p.detach().double().sum()), 6)
+                                       for p in itertools.islice(m.parameters(), 64)]
+
+    ident = {"grid": asdict(grid), "prompts": [p.input_ids.reshape(-1).tolist() for p in prompts],
+             "model": weights(model), "ar_model": weights(ar_model), "threads": torch.get_num_threads()}
+    return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]

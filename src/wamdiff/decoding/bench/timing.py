@@ -1,0 +1,76 @@
+"""Timing one decoding setting: warm-up then median wall time, tok/s counting generated tokens only, and the
+cost of one block forward relative to one AR step inside the real decode loops (`step_cost`)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+
+import torch
+
+from wamdiff.decoding.ar import decode_ar
+from wamdiff.decoding.block import decode_block
+from wamdiff.decoding.config import DecodeConfig, Generation
+from wamdiff.decoding.engine import PROMPT_BUCKET, generate, model_block_settings
+from wamdiff.decoding.runner import StepRunner, collate_prompts
+from wamdiff.models.tokens import PAD, token_id
+
+
+def timed_generate(model, tokenizer, prompts, cfg: DecodeConfig, repeats: int, warmup: bool = True):
+    if warmup:
+        generate(model, tokenizer, prompts, cfg)  # warm-up (allocations, compile, caches)
+    walls = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        gens = generate(model, tokenizer, prompts, cfg)
+        walls.append(time.perf_counter() - t0)
+    return gens, statistics.median(walls)
+
+
+def summarize(gens: list[Generation], wall: float) -> dict:
+    toks = sum(len(g.token_ids) for g in gens)
+    fw = statistics.fmean(g.forwards for g in gens)
+    return {
+        "tok_s": toks / wall, "ms_per_token": 1e3 * wall / max(1, toks), "wall_s": wall, "tokens": toks,
+        "forwards_per_sample": fw, "tokens_per_sample": toks / len(gens), "tpf": (toks / len(gens)) / max(fw, 1e-9),
+        "finished": sum(g.finished for g in gens),
+    }
+
+
+@torch.inference_mode()
+def step_cost(model, tokenizer, prompt, block_sizes, *, n_tokens: int = 64, repeats: int = 3, batch: int = 1,
+              compile: bool = False, attention: str = "sdpa") -> dict:
+    """ms per forward inside the real decode loops: AR (1 token/forward) vs block-B with 1 token per forward
+    (fixed strategy, B steps per block, EOS disabled). Pairs are interleaved; the minimum over repeats is kept."""
+    pad = token_id(tokenizer, PAD)
+    mask_id = model_block_settings(model, tokenizer)[1]
+    batch_p = collate_prompts([prompt] * batch, pad, next(model.parameters()).device,
+                              pad_to_multiple=PROMPT_BUCKET if compile else 1)
+    kw = dict(compile=compile, cuda_graphs=attention == "sdpa", attention=attention)  # as `generate` builds it
+
+    def per_forward(t0, forwards) -> float:
+        n = int(forwards[0])  # reading the count waits for the device
+        return (time.perf_counter() - t0) / n
+
+    def ar():
+        r = StepRunner(model, batch_p, 1, n_tokens + 1, **kw)
+        t0 = time.perf_counter()
+        return per_forward(t0, decode_ar(r, max_new_tokens=n_tokens, eos_id=-1, pad_id=pad)[2])
+
+    def blk(b):
+        r = StepRunner(model, batch_p, b, n_tokens, **kw)
+        t0 = time.perf_counter()
+        out = decode_block(r, max_new_tokens=n_tokens, mask_id=mask_id, eos_id=-1, pad_id=pad, strategy="fixed",
+                           threshold=DecodeConfig.threshold, max_steps=b, fused_commit=True)  # fixed: tau unused
+        return per_forward(t0, out[2])
+
+    ar(), [blk(b) for b in block_sizes]  # warm-up
+    res = {"ar_ms": math.inf, **{f"B{b}_ms": math.inf for b in block_sizes}}
+    for _ in range(repeats):
+        res["ar_ms"] = min(res["ar_ms"], 1e3 * ar())
+        for b in block_sizes:
+            res[f"B{b}_ms"] = min(res[f"B{b}_ms"], 1e3 * blk(b))
+    for b in block_sizes:
+        res[f"B{b}_ratio"] = res[f"B{b}_ms"] / res["ar_ms"]
+    return res

@@ -1,0 +1,206 @@
+"""The one front door for evaluation: `wamdiff eval pdms | openloop | closedloop`, the pipeline's evaluation stages
+and the demo all call these two functions.
+
+`evaluate_open(planners, scenes, out)`:
+  1. every planner is built first (a bad spec or checkpoint fails before anything is planned);
+  2. PDMS only: the reference planner runs once per scene (cached; its time is reported apart);
+  3. each planner plans every scene ONCE (`planners.plan_scenes`); failed plans stay failed unless its spec
+     opted in to a fallback;
+  4. those same plans are scored by PDMS and by the open-loop metrics; one CSV per planner and metric, one JSON
+     aggregate per planner;
+  5. summaries (`pdms_summary.json`, `openloop_summary.json`, `open_summary.json`), `plans.json`, plots.
+`evaluate_closed(planners, routes, out)`: each planner drives the route set in lockstep (`closedloop.run_routes`),
+  one CSV + JSON per planner, `closedloop_summary.json`, frame strips, the driving-score plot.
+Both return {planner name: result dict}; names are the keys of `planners` (spec text on the command line, the
+row name in a pipeline config).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from wamdiff.eval.closedloop import aggregate_routes, run_routes
+from wamdiff.eval.openloop import aggregate_openloop, openloop_row
+from wamdiff.eval.pdms import EPDMS_METRICS, METRICS, PDMSConfig, PDMSEvaluator, aggregate
+from wamdiff.eval.planners import fallback_planner, make_planner, plan_scenes
+from wamdiff.eval.report import plot_bev, plot_family_bars, plot_strip, plot_subscores, safe_name, write_csv
+from wamdiff.eval.specs import PlannerSpec
+from wamdiff.eval.route_diagnostics import failure_summary, plot_failure_timelines, plot_route_paths
+from wamdiff.jsonfile import write_json
+
+
+@dataclass(frozen=True)
+class OpenLoopSettings:
+    """How `evaluate_open` runs. `pdms=None`: open-loop metrics only (no reference planner, no simulation)."""
+
+    pdms: PDMSConfig | None = PDMSConfig()
+    batch: int = 64  # scenes per planner call and per scoring call
+    plots: int = 0  # BEV plots for this many scenes, spread over families
+    relative_to: str | dict | None = None  # open-loop reference: a planner name in `planners`, or its aggregate JSON
+
+
+def _progress(console: Console | None) -> Progress:
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=console)
+
+
+def _decode_stats(plans, plan_s: float) -> dict:
+    tokens, forwards = sum(p.new_tokens for p in plans), sum(p.forwards for p in plans)
+    return {"tokens": tokens, "forwards": forwards, "tok_s": tokens / plan_s if tokens and plan_s > 0 else None,
+            "tpf": tokens / forwards if forwards else None, "ms_per_token": 1e3 * plan_s / tokens if tokens else None}
+
+
+def evaluate_open(planners: dict[str, PlannerSpec], scenes: list, out: str | Path,
+                  settings: OpenLoopSettings = OpenLoopSettings(), *, unreadable: list | None = None,
+                  console: Console | None = None) -> dict:
+    """Plan every scene once per planner; score PDMS (if set) and open-loop metrics from those plans."""
+    out = Path(out)
+    if not scenes:
+        raise ValueError("evaluate_open: no scenes to evaluate")
+    ev = PDMSEvaluator(settings.pdms) if settings.pdms is not None else None
+    built = {name: (make_planner(spec, ev), fallback_planner(spec, ev)) for name, spec in planners.items()}  # 1.
+    reference = settings.relative_to
+    order = list(planners)
+    if isinstance(reference, str):  # the reference planner's aggregate is needed first
+        if reference not in planners:
+            raise ValueError(f"relative_to: {reference!r} is not one of the planners {order}")
+        order = [reference, *[n for n in order if n != reference]]
+    results, plans_by, rows_by, timings = {}, {}, {}, {}
+    with _progress(console) as prog:
+        if ev is not None:  # 2.
+            task = prog.add_task("reference planner", total=len(scenes))
+            t0 = time.perf_counter()
+            for s in scenes:
+                try:
+                    ev.reference_poses(s)
+                except Exception:  # noqa: BLE001 - the scene becomes invalid at scoring, with the reason
+                    pass
+                prog.advance(task)
+            timings["reference_s"] = time.perf_counter() - t0
+        for name in order:
+            spec, (planner, fallback) = planners[name], built[name]
+            task = prog.add_task(f"{name}: plan", total=len(scenes))
+            t0 = time.perf_counter()
+            plans = plan_scenes(planner, scenes, batch=settings.batch, fallback=fallback,  # 3.
+                                progress=lambda n, task=task: prog.advance(task, n))
+            plan_s = time.perf_counter() - t0
+            entry = {"spec": spec.text, "fallback": spec.fallback, "n_scenes": len(scenes), "plan_seconds": plan_s,
+                     "n_failed": sum(not p.ok for p in plans), "n_fallback": sum(bool(p.fallback) for p in plans),
+                     "decode": _decode_stats(plans, plan_s), "pdms": None}
+            file = safe_name(name)
+            if ev is not None:  # 4.
+                task = prog.add_task(f"{name}: score", total=len(scenes))
+                rows, t0 = [], time.perf_counter()
+                for i in range(0, len(scenes), settings.batch):
+                    rows += ev.score(scenes[i: i + settings.batch], plans[i: i + settings.batch], name)
+                    prog.advance(task, len(scenes[i: i + settings.batch]))
+                score_s = time.perf_counter() - t0
+                agg = aggregate(rows, epdms=settings.pdms.epdms, config=settings.pdms)
+                agg.update(planner=name, spec=spec.text, plan_seconds=plan_s, score_seconds=score_s,
+                           plans_per_second=len(rows) / max(score_s, 1e-9), unreadable_files=unreadable or [])
+                write_csv(rows, out / f"pdms_{file}.csv")
+                write_json(out / f"pdms_{file}.json", agg)
+                entry["pdms"], rows_by[name] = agg, rows
+            ol_rows = [openloop_row(s, p, name) for s, p in zip(scenes, plans)]
+            ref = results[reference]["openloop"] if isinstance(reference, str) and name != reference else (
+                reference if isinstance(reference, dict) else None)
+            entry["openloop"] = aggregate_openloop(ol_rows, ref)
+            entry["openloop"]["planner"] = name
+            write_csv(ol_rows, out / f"openloop_{file}.csv")
+            write_json(out / f"openloop_{file}.json", entry["openloop"])
+            results[name], plans_by[name] = entry, plans
+    results = {name: results[name] for name in planners}  # back in the caller's order
+    _write_open_summaries(out, results, plans_by, scenes, timings)  # 5.
+    if ev is not None:
+        _plot_open(out, results, plans_by, rows_by, scenes, settings)
+    return results
+
+
+def _write_open_summaries(out: Path, results: dict, plans_by: dict, scenes: list, timings: dict) -> None:
+    ol = next(iter(results.values()))["openloop"]
+    write_json(out / "openloop_summary.json", {"version": ol["version"],
+                                               "planners": {n: r["openloop"] for n, r in results.items()}})
+    if all(r["pdms"] is not None for r in results.values()):
+        write_json(out / "pdms_summary.json", {
+            "version": next(iter(results.values()))["pdms"]["version"], "timings": timings,
+            "planners": {n: {k: r["pdms"][k] for k in ("overall", "per_family")} for n, r in results.items()}})
+    write_json(out / "open_summary.json", results)
+    write_json(out / "plans.json", {"scene_ids": [s.scene_id for s in scenes], "families": [s.family for s in scenes],
+                                    "plans": {n: [None if p.xy is None else p.xy.tolist() for p in plans]
+                                              for n, plans in plans_by.items()}})
+
+
+def plot_indices(scenes: list, n: int) -> list[int]:
+    """Up to n scenes, spread over families (round robin in scene order)."""
+    by_family: dict[str, list[int]] = {}
+    for i, s in enumerate(scenes):
+        by_family.setdefault(s.family, []).append(i)
+    picked, k = [], 0
+    while len(picked) < min(n, len(scenes)):
+        for idx in by_family.values():
+            if k < len(idx) and len(picked) < n:
+                picked.append(idx[k])
+        k += 1
+    return picked
+
+
+def _plot_open(out: Path, results: dict, plans_by: dict, rows_by: dict, scenes: list, settings: OpenLoopSettings):
+    aggregates = {n: r["pdms"] for n, r in results.items()}
+    metrics = METRICS + (EPDMS_METRICS if settings.pdms.epdms else ())
+    plot_subscores(aggregates, out / "pdms_subscores.png", [m for m in metrics if m not in ("tlc", "ec")])
+    plot_family_bars(aggregates, "pdms", out / "pdms_per_family.png")
+    for i in plot_indices(scenes, settings.plots):
+        s = scenes[i]
+        traj = {n: plans[i].xy for n, plans in plans_by.items()}
+        sims = {n: rows[i]["_states"] for n, rows in rows_by.items() if "_states" in rows[i]}
+        plot_bev(s, traj, out / "bev" / f"{s.scene_id}.png", sims)
+
+
+def evaluate_closed(planners: dict[str, PlannerSpec], routes: list, out: str | Path, *, record_frames: int = 0,
+                    batch: int | None = None, model_routes: int | None = None, route_set: str = "",
+                    console: Console | None = None) -> dict:
+    """Drive `routes` with every planner (model planners: the first `model_routes` routes only, when given)."""
+    out = Path(out)
+    built = {name: (make_planner(spec), fallback_planner(spec)) for name, spec in planners.items()}
+    results = {}
+    with _progress(console) as prog:
+        for name, spec in planners.items():
+            planner, fallback = built[name]
+            rs = routes[:model_routes] if spec.kind == "model" and model_routes is not None else routes
+            task = prog.add_task(f"{name}: closed loop", total=len(rs))
+            t0 = time.perf_counter()
+            res = run_routes(planner, rs, record_frames=record_frames, batch=batch, fallback=fallback,
+                             progress=lambda task=task: prog.advance(task))
+            agg = aggregate_routes(res)
+            agg.update(planner=name, spec=spec.text, fallback=spec.fallback, route_set=route_set,
+                       wall_seconds=time.perf_counter() - t0)
+            file = safe_name(name)
+            write_csv([r.row() for r in res], out / f"closedloop_{file}.csv")
+            write_json(out / f"closedloop_{file}.json", agg)
+            write_json(out / f"failures_{file}.json", failure_summary(res))
+            plot_failure_timelines(res, out / f"timelines_{file}.png")
+            plot_route_paths(res, out / f"paths_{file}.png")
+            for r in res:
+                if r.frames:
+                    plot_strip([f for _, f in r.frames], [c for c, _ in r.frames], out / "strips" / f"{file}_{r.route.name}.png",
+                               title=f"{name} {r.route.name}: {r.status}")
+            results[name] = {**agg, "routes": [{"name": r.route.name, "status": r.status, "success": r.success,
+                                                "completion": r.completion, "driving_score": r.driving_score}
+                                               for r in res]}
+    write_json(out / "closedloop_summary.json", {"version": next(iter(results.values()))["version"], "planners": results})
+    plot_family_bars(results, "driving_score", out / "closedloop_driving_score.png")
+    return results
+
+
+def headline_columns(results: dict, columns: list[str], failed: str = "n_failed") -> list[str]:
+    """`columns` after the failed-plan count and, where any planner opted in to a fallback, the fallback count."""
+    fallback = any(r.get("fallback") for r in results.values())
+    return [failed, *(["n_fallback"] if fallback else []), *columns]
+
+
+__all__ = ["OpenLoopSettings", "evaluate_closed", "evaluate_open", "headline_columns", "plot_indices"]

@@ -1,0 +1,90 @@
+"""Planner specs, parsed once into typed settings (`PlannerSpec`) before anything is planned.
+
+Spec text: "expert" | "cv" | "reference" | "model:PATH[,key=value,...]". Model options: the decoding options
+of `DecodeConfig.from_options` (mode, block, threshold, steps, strategy, max_new_tokens, delayed, ...) plus
+  fmt=text2       answer format the text is parsed with (`driving.trajectory.FORMATS`)
+  batch=16        prompts decoded together
+  fallback=cv     opt in: a failed plan is replaced by this planner's plan (cv or reference) and counted;
+                  by default (none) a failed plan scores as a failure.
+Every mistake (unknown key, bad value, fallback to a planner that is not one) raises a ValueError that names the
+spec and the option; nothing is looked at again later, so nothing can fail half way through an evaluation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from wamdiff.decoding.config import DecodeConfig
+from wamdiff.driving.trajectory import FORMATS
+
+PLANNER_KINDS = ("expert", "cv", "reference", "model")
+FALLBACK_KINDS = ("cv", "reference")  # planners that can stand in for a failed plan (not the logged expert)
+NO_FALLBACK = ("", "none", "off")
+
+
+def split_options(spec: str, items: list[str]) -> dict[str, str]:
+    """`key=value` items of a spec (after its path or stage name) as a dict of strings."""
+    opts = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"planner spec {spec!r}: option {item!r} is not key=value")
+        opts[key.strip()] = value.strip()
+    return opts
+
+
+@dataclass(frozen=True)
+class PlannerSpec:
+    """What to plan with. `text` is the spec as written (a planner's name in tables and file names)."""
+
+    kind: str
+    text: str
+    checkpoint: Path | None = None  # model planners
+    decode: DecodeConfig | None = None  # model planners
+    fmt: str = "text2"
+    batch: int = 16
+    fallback: str | None = None  # a FALLBACK_KINDS planner, or None: failures score as failures
+
+    @classmethod
+    def parse(cls, text: str) -> "PlannerSpec":
+        kind, _, rest = text.partition(":")
+        if kind not in PLANNER_KINDS:
+            raise ValueError(f"unknown planner spec {text!r}: use expert, cv, reference or model:PATH[,key=value...]")
+        if kind != "model":
+            if rest:
+                raise ValueError(f"planner spec {text!r}: only 'model:' takes arguments")
+            return cls(kind, text)
+        path, *items = rest.split(",")
+        return cls.model(path, split_options(text, items), text=text)
+
+    @classmethod
+    def model(cls, checkpoint: str | Path, options: dict, text: str = "") -> "PlannerSpec":
+        """A model planner from its checkpoint and options (text or typed values, e.g. from a pipeline YAML)."""
+        text = text or f"model:{checkpoint}"
+        where = f"planner spec {text!r}"
+        if not str(checkpoint):
+            raise ValueError(f"{where}: missing checkpoint path")
+        opts = dict(options)
+        fmt = str(opts.pop("fmt", cls.fmt))
+        if fmt not in FORMATS:
+            raise ValueError(f"{where}: option fmt={fmt!r} is not one of {FORMATS}")
+        batch = opts.pop("batch", cls.batch)
+        try:
+            batch = int(batch)
+        except (TypeError, ValueError):
+            raise ValueError(f"{where}: option batch={batch!r} is not an integer") from None
+        if batch < 1:
+            raise ValueError(f"{where}: option batch={batch}: must be >= 1")
+        fallback = str(opts.pop("fallback", "")).strip().lower()
+        if fallback in NO_FALLBACK:
+            fallback = None
+        elif fallback not in FALLBACK_KINDS:
+            raise ValueError(f"{where}: option fallback={fallback!r} is not one of {FALLBACK_KINDS} (or none)")
+        decode = DecodeConfig.from_options(opts, where)
+        return cls("model", text, Path(checkpoint), decode, fmt, batch, fallback)
+
+
+def parse_specs(texts: list[str]) -> dict[str, PlannerSpec]:
+    """Every spec of a command line, keyed by its text; all are checked before any is used."""
+    return {text: PlannerSpec.parse(text) for text in texts}

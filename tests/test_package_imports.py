@@ -1,0 +1,127 @@
+"""The package's import graph: every module imports, no two modules import each other (directly or round a loop),
+and no area imports an area above it. The graph is read from the source with `ast` (function-level imports and
+the lazy package exports included), so a new cycle fails here before it fails at run time."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "wamdiff"
+
+# Lowest first; an area may import its own layer's modules and any layer below, never one above.
+LAYERS = [
+    {"wamdiff", "_lazy", "jsonfile", "provenance", "comfort_bounds"},
+    {"diffusion"},
+    {"models"},
+    {"driving"},
+    {"decoding"},
+    {"eval", "training"},
+    {"evaluate", "report"},
+    {"pipeline"},
+    {"cli"},
+]
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for path in SRC.rglob("*.py"):
+        parts = list(path.relative_to(SRC.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+def lazy_exports(tree: ast.Module, package: str) -> dict[str, str]:
+    """name -> defining module, from a package's `lazy_exports(__name__, {module: [names]})` call."""
+    out = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "lazy_exports" and len(node.args) == 2:
+            table = ast.literal_eval(node.args[1])
+            out.update({name: f"{package}.{mod}" for mod, names in table.items() for name in names})
+    return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    mods = modules()
+    trees = {m: ast.parse(p.read_text()) for m, p in mods.items()}
+    lazy = {m: lazy_exports(t, m) for m, t in trees.items() if mods[m].name == "__init__.py"}
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    for m, tree in trees.items():
+        package = m if mods[m].name == "__init__.py" else m.rpartition(".")[0]
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join(up + ([node.module] if node.module else []))
+                targets = [base]
+                for a in node.names:
+                    targets.append(f"{base}.{a.name}")  # a sub-module imported by name
+                    targets.append(lazy.get(base, {}).get(a.name, ""))  # a lazily exported name
+            else:
+                continue
+            graph[m] |= {t for t in targets if t in mods and t != m}
+    return graph
+
+
+def area(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def layer(module: str) -> int:
+    (i,) = [i for i, names in enumerate(LAYERS) if area(module) in names]
+    return i
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
+    path: list[str] = []
+
+    def visit(m: str) -> list[str] | None:
+        state[m] = 1
+        path.append(m)
+        for n in sorted(graph[m]):
+            if state.get(n) == 1:
+                return path[path.index(n):] + [n]
+            if n not in state and (c := visit(n)):
+                return c
+        state[m] = 2
+        path.pop()
+        return None
+
+    for m in sorted(graph):
+        if m not in state and (c := visit(m)):
+            return c
+    return None
+
+
+def test_every_area_has_a_layer():
+    assert {area(m) for m in modules()} <= set().union(*LAYERS)
+
+
+def test_no_import_cycles():
+    assert find_cycle(import_graph()) is None
+
+
+def test_no_area_imports_an_area_above_it():
+    upward = [(a, b) for a, targets in import_graph().items() for b in targets if layer(b) > layer(a)]
+    assert upward == []
+
+
+def test_the_checks_can_fail():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+    assert layer("wamdiff.pipeline") > layer("wamdiff.report") > layer("wamdiff.eval.run") > layer("wamdiff.models.build")
+
+
+@pytest.mark.parametrize("module", sorted(modules()))
+def test_module_imports(module):
+    importlib.import_module(module)
