@@ -15,6 +15,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from wamdiff.outdir import claim_for_command
+
 app = typer.Typer(help="Evaluate planners: NAVSIM-style PDMS, open-loop L2, closed-loop success.", no_args_is_help=True,
                   add_completion=False)
 console = Console()
@@ -64,20 +66,20 @@ def pdms(
     out: str = typer.Option("runs/eval/pdms", help="Results directory."),
     split: str = typer.Option(None, help="Only scenes of this split."),
     families: str = typer.Option(None, help="Comma-separated families."),
-    limit: int = typer.Option(None, help="At most this many scenes."),
+    limit: int = typer.Option(None, min=1, help="At most this many scenes."),
     epdms: bool = typer.Option(False, help="Also compute the NAVSIM v2 EPDMS terms."),
     pacifica: bool = typer.Option(False, help="Use NAVSIM's Pacifica instead of the scene's ego box."),
     drivable_tolerance: float = typer.Option(0.0, help="Grow the drivable area by this many metres (0 = NAVSIM)."),
-    plots: int = typer.Option(6, help="BEV plots for this many scenes."),
-    batch: int = typer.Option(64, help="Scenes per planner/scoring batch."),
+    plots: int = typer.Option(6, min=0, help="BEV plots for this many scenes."),
+    batch: int = typer.Option(64, min=1, help="Scenes per planner/scoring batch."),
 ) -> None:
     """NAVSIM v1.1 PDM Score per scene and aggregated, for one or more planners."""
     from .pdms import PDMSConfig, PDMSEvaluator, aggregate
     from .planners import make_planner, plan_all
     from .report import plot_bev, plot_family_bars, plot_subscores, safe_name, write_csv, write_json
 
+    outdir = claim_for_command(out)  # writable and ours before any planning
     scenes, problems = _load(data, split, families, limit)
-    outdir = Path(out)
     cfg = PDMSConfig(use_pacifica=pacifica, drivable_tolerance=drivable_tolerance, epdms=epdms,
                      reference_cache=str(outdir / "reference_cache"))
     ev = PDMSEvaluator(cfg)
@@ -151,10 +153,10 @@ def openloop(
     out: str = typer.Option("runs/eval/openloop", help="Results directory."),
     split: str = typer.Option(None),
     families: str = typer.Option(None),
-    limit: int = typer.Option(None),
+    limit: int = typer.Option(None, min=1),
     compare: str = typer.Option(None, help="Aggregate JSON of a reference planner (relative change is reported)."),
     reference_planner: str = typer.Option(None, help="Or: a planner spec run here as the reference for relative change."),
-    batch: int = typer.Option(64),
+    batch: int = typer.Option(64, min=1),
 ) -> None:
     """L2 per 0.5 s step and at 1/2/3/4 s, ADE/FDE, parse failures, plan collision rate."""
     import json
@@ -163,8 +165,8 @@ def openloop(
     from .planners import make_planner, plan_all
     from .report import safe_name, write_csv, write_json
 
+    outdir = claim_for_command(out)  # writable and ours before any planning
     scenes, _ = _load(data, split, families, limit)
-    outdir = Path(out)
     ref_agg = json.loads(Path(compare).read_text()) if compare else None
     specs = list(planner)
     if reference_planner and reference_planner not in specs:
@@ -193,8 +195,8 @@ def closedloop(
     routes: str = typer.Option("dev", help="Route set: dev (10 routes) or full."),
     out: str = typer.Option("runs/eval/closedloop", help="Results directory."),
     families: str = typer.Option(None, help="Comma-separated families (default: all)."),
-    strips: int = typer.Option(2, help="Frame strips for this many routes per planner."),
-    batch: int = typer.Option(0, help="Routes driven in lockstep, their replans batched into one planner call "
+    strips: int = typer.Option(2, min=0, help="Frame strips for this many routes per planner."),
+    batch: int = typer.Option(0, min=0, help="Routes driven in lockstep, their replans batched into one planner call "
                                       "(0: all routes of the set)."),
 ) -> None:
     """Bench2Drive-style closed loop: re-plan every 0.5 s, track at 10 Hz, reactive traffic.
@@ -210,7 +212,7 @@ def closedloop(
         rset = route_set(routes, fams)
     except ValueError as err:
         raise typer.BadParameter(str(err), param_hint="--routes/--families") from err
-    outdir = Path(out)
+    outdir = claim_for_command(out)  # writable and ours before any driving
     aggregates = {}
     with _progress() as prog:
         for spec in planner:
@@ -240,7 +242,7 @@ def closedloop(
 @app.command()
 def bench(
     data: str = typer.Option(None, help="Scene directory (default: synthetic scenes)."),
-    n: int = typer.Option(400, help="Plans to score."),
+    n: int = typer.Option(400, min=1, help="Plans to score."),
     planner: str = typer.Option("cv", help="Planner whose plans are scored."),
     epdms: bool = typer.Option(False),
 ) -> None:
