@@ -199,16 +199,16 @@ def test_cli_runs_a_recipe_with_overrides(data, tmp_path):
     import yaml
     from typer.testing import CliRunner
 
-    from wamdiff.training.cli import app
+    from wamdiff.cli import app  # the root app: user errors go through its one error policy
 
     path = tmp_path / "r.yaml"
     path.write_text(yaml.safe_dump(tiny_recipe(data, tmp_path / "cli", "block")))
     runner = CliRunner()
-    res = runner.invoke(app, ["--recipe", str(path), "--set", "optim.steps=2", "--set", "model.block_size=2"])
+    res = runner.invoke(app, ["train", "--recipe", str(path), "--set", "optim.steps=2", "--set", "model.block_size=2"])
     assert res.exit_code == 0, res.output
     m = json.loads((tmp_path / "cli" / "metrics.json").read_text())
     assert m["steps"] == 2 and m["block_size"] == 2 and math.isfinite(m["final_train_loss"])
-    bad = runner.invoke(app, ["--recipe", str(path), "--set", "optim.lr=fast"])
+    bad = runner.invoke(app, ["train", "--recipe", str(path), "--set", "optim.lr=fast"])
     assert bad.exit_code == 2 and "optim.lr" in bad.output
 
 

@@ -1,16 +1,33 @@
 """The one `wamdiff` command. Each area owns its sub-command module; this file only wires them.
 
 Sub-apps are imported lazily inside the wiring so `wamdiff --help` stays fast and a broken area does not
-take the whole CLI down.
+take the whole CLI down. Every command runs under the one error policy of `wamdiff.errors` (a user error is one
+line and exit code 2; `--debug` shows the traceback).
 """
 
 from __future__ import annotations
 
 import importlib
+import sys
 
 import typer
+from typer.core import TyperGroup
 
-app = typer.Typer(help="wamdiff: AR driving VLA -> fast block-causal diffusion (data, train, eval, bench, demo).", no_args_is_help=True, add_completion=False)
+
+class _PolicyGroup(TyperGroup):
+    """The root command group: run as a program (the `wamdiff` entry point, `python -m wamdiff.cli`, typer's
+    CliRunner) it applies the error policy; with standalone_mode=False it behaves as plain click."""
+
+    def main(self, args=None, prog_name=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, standalone_mode=False, **extra)
+        from wamdiff.errors import run_cli
+
+        sys.exit(run_cli(lambda **kw: super(_PolicyGroup, self).main(**kw, **extra), args, "wamdiff"))
+
+
+app = typer.Typer(help="wamdiff: AR driving VLA -> fast block-causal diffusion (data, train, eval, bench, demo).", no_args_is_help=True,
+                  add_completion=False, cls=_PolicyGroup)
 
 # (sub-command, module that defines `app`, help)
 _SUBCOMMANDS = [
@@ -27,6 +44,20 @@ for _name, _module, _help in _SUBCOMMANDS:
     except (ImportError, AttributeError) as _err:  # area not built yet: say so instead of crashing
         _sub = typer.Typer(help=f"{_help} [unavailable: {_err}]")
     app.add_typer(_sub, name=_name, help=_help)
+
+
+@app.callback()
+def _root(
+    debug: bool = typer.Option(False, "--debug", help="Show the traceback of an error (anywhere on the line; or WAMDIFF_DEBUG=1)."),
+) -> None:
+    """wamdiff: AR driving VLA -> fast block-causal diffusion (data, train, eval, bench, demo)."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run `wamdiff ARGV` under the error policy; returns the exit code instead of exiting."""
+    from wamdiff.errors import run_cli
+
+    return run_cli(typer.main.get_command(app), argv)
 
 
 @app.command()

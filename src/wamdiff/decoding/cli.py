@@ -6,6 +6,8 @@ from pathlib import Path
 
 import typer
 
+from wamdiff.outdir import claim_for_command
+
 app = typer.Typer(help="Side-by-side AR vs block-diffusion decoding speed benchmark.", add_completion=False)
 
 
@@ -35,17 +37,17 @@ def bench(
     preset: str = typer.Option(None, help="Untrained preset for a smoke run: tiny | student | teacher."),
     ar_checkpoint: Path = typer.Option(None, help="AR baseline checkpoint (default: the same model decoded AR)."),
     vision: bool = typer.Option(True, help="Preset only: Qwen3-VL (image prompts) or text-only Qwen3."),
-    block_size: int = typer.Option(8, help="Preset only: diffusion block size recorded in the model."),
+    block_size: int = typer.Option(8, min=1, help="Preset only: diffusion block size recorded in the model."),
     data: Path = typer.Option(None, help="WAM-Diff2 JSON of prompts (images loaded from paths); default synthetic."),
-    n_prompts: int = typer.Option(8, help="Prompts to load / synthesise."),
+    n_prompts: int = typer.Option(8, min=1, help="Prompts to load / synthesise."),
     batch: str = typer.Option("1,8", help="Batch sizes, comma separated."),
     blocks: str = typer.Option("4,8,16,32", help="Block sizes B."),
     taus: str = typer.Option("0.7,0.8,0.9,0.95", help="Confidence thresholds."),
     dtypes: str = typer.Option("fp32,bf16", help="fp32 and/or bf16."),
-    max_new_tokens: int = typer.Option(160, help="Answer budget."),
+    max_new_tokens: int = typer.Option(160, min=1, help="Answer budget."),
     max_steps: str = typer.Option("32", help="Max denoising steps per block (a list: each is a grid point)."),
-    repeats: int = typer.Option(1, help="Timed repeats per configuration (median)."),
-    threads: int = typer.Option(0, help="torch threads (0 = leave as is)."),
+    repeats: int = typer.Option(1, min=1, help="Timed repeats per configuration (median)."),
+    threads: int = typer.Option(0, min=0, help="torch threads (0 = leave as is)."),
     compile: str = typer.Option("off", help="torch.compile the step: off, on, or off,on (each applies to AR and diffusion)."),
     caches: str = typer.Option("exact,delayed", help="Block K/V refresh: exact (whole block every step) and/or delayed."),
     step_cost: bool = typer.Option(True, help="Also measure block-step / AR-step cost ratios."),
@@ -71,6 +73,7 @@ def bench(
         torch.set_num_threads(threads)
     if (checkpoint is None) == (preset is None):
         raise typer.BadParameter("give exactly one of --checkpoint DIR or --preset NAME")
+    claim_for_command(out)  # writable and ours before any model is loaded
     if checkpoint is not None:
         model, tok = load_model(checkpoint)
     else:

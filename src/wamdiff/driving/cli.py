@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 
 from wamdiff.driving.render import CameraConfig
+from wamdiff.errors import UserError
 
 os.environ.setdefault("SDL_VIDEODRIVER", "offscreen")
 os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
@@ -30,13 +31,13 @@ def _families(text: str) -> list[str]:
 def generate(
     family: str = typer.Option("highway,merge,roundabout,intersection", "--family", help="Comma-separated families."),
     split: str = typer.Option("train", help="train | val | test (disjoint seed ranges)."),
-    n: int = typer.Option(100, "--n", help="Kept scenes per family."),
+    n: int = typer.Option(100, "--n", min=1, help="Kept scenes per family."),
     out: Path = typer.Option(..., "--out", help="Dataset folder (created; re-running resumes)."),
-    workers: int = typer.Option(2, help="Worker processes."),
+    workers: int = typer.Option(2, min=1, help="Worker processes."),
     fmt: str = typer.Option("text2", help="Answer format: text2 | text1 | fixed1 | fixed2 | bins."),
     density: float = typer.Option(1.0, help="Traffic density multiplier."),
     speed_scale: float = typer.Option(1.0, help="Multiplies desired speeds."),
-    image_size: int = typer.Option(CameraConfig.size, help="Camera image side (pixels)."),
+    image_size: int = typer.Option(CameraConfig.size, min=8, help="Camera image side (pixels)."),
     pixels_per_meter: float = typer.Option(CameraConfig.pixels_per_meter, help="Camera scale."),
     look_ahead: float = typer.Option(CameraConfig.look_ahead, help="Metres the camera centre lies ahead of the ego (0 = ego-centred)."),
     route: bool = typer.Option(CameraConfig.route, help="Draw the planned route ahead in the camera view."),
@@ -47,7 +48,8 @@ def generate(
 
     from wamdiff.driving.dataset import generate_dataset
 
-    stats = generate_dataset(out, _families(family), split, n, workers, fmt,
+    fams = _families(family)
+    stats = generate_dataset(out, fams, split, n, workers, fmt,
                              camera={"size": image_size, "pixels_per_meter": pixels_per_meter, "look_ahead": look_ahead,
                                      "route": route},
                              density=density, speed_scale=speed_scale)
@@ -60,6 +62,10 @@ def generate(
                       ", ".join(f"{k}:{v}" for k, v in d["dropped"].items()), ", ".join(f"{k}:{v}" for k, v in d["commands"].items()))
     console = Console()
     console.print(table)
+    earlier = {f: d.get("requested") for f, d in manifest["families"].items() if f not in fams or d.get("requested", n) > n}
+    if earlier:
+        console.print(f"merged with what {out} already held: " + ", ".join(f"{f} n={k}" for f, k in earlier.items())
+                      + f" (the {split} files cover every family generated into this folder)")
     rate = stats["scenes_per_min"]
     console.print(f"this run: {stats['generated']} new, {stats['dropped']} dropped in {stats['seconds']:.1f} s"
                   + (f" = {rate:.0f} simulated scenes/min wall, {stats['cpu_scenes_per_min']:.0f}/min on {workers} free cores"
@@ -113,7 +119,13 @@ def qa(
             kinds[s.meta.get("qa_kind", "?")] += 1
         typer.echo(json.dumps(dict(kinds), indent=1))
         return
-    preds = json.loads(predictions.read_text())
+    try:
+        preds = json.loads(predictions.read_text())
+    except json.JSONDecodeError as err:
+        raise UserError(f"{predictions}:{err.lineno}: invalid JSON at column {err.colno} ({err.msg}); --predictions "
+                        "must be a JSON object {{sample id: predicted answer}}") from None
+    if not isinstance(preds, dict):
+        raise UserError(f"{predictions}: expected a JSON object {{sample id: predicted answer}}, got {type(preds).__name__}")
     per = defaultdict(list)
     for s in samples:
         if s.id in preds:

@@ -6,8 +6,11 @@ named by (family, split, seed): `scenes/<family>_<split>_<seed:08d>.npz/.png`. A
 (crash, comfort, drivable area) is skipped; the dataset is the first N kept seeds of each family, in seed
 order, so the result does not depend on the worker count or on interruptions.
 
-Resumable: kept seeds are the `.npz` files present, dropped seeds are lines of `drops_<split>.jsonl`; a re-run
-only simulates seeds that are neither. Outputs in DIR:
+Resumable: kept seeds are the `.npz` files present (with their `.png`), dropped seeds are lines of
+`drops_<split>.jsonl`; a re-run only simulates seeds that are neither. Ctrl-C stops the workers at once (they
+ignore SIGINT; the main process terminates the pool); half-written temporaries are removed by the next run.
+A re-run with other families or a smaller --n merges into the split (never drops what is there); one with
+another world config or camera is refused. One run at a time per DIR (a lock, `wamdiff.outdir`). Outputs in DIR:
 - `scenes/*.npz|png` (Scene.save), `drops_<split>.jsonl`;
 - `<split>.json` and `<split>.jsonl`: WAM-Diff2 planning samples (prompt = prompts.scene_prompt, answer in --fmt);
 - `<split>_qa.json`: multi-task questions (qa.py);
@@ -20,11 +23,14 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import os
+import signal
 import time
+import warnings
 from collections import Counter, defaultdict
 from pathlib import Path
 
 from wamdiff.driving.world import FAMILIES
+from wamdiff.errors import UserError
 
 SPLIT_SEED_BASE = {"train": 0, "val": 10_000_000, "test": 20_000_000}
 SPLIT_SEED_SPAN = 10_000_000
@@ -66,10 +72,14 @@ def job_out(_job) -> Path:
     return _OUT
 
 
-def _init_worker(out: str) -> None:
+def _init_worker(out: str, pool_worker: bool = True) -> None:
     global _OUT
     _OUT = Path(out)
     os.environ.setdefault("SDL_VIDEODRIVER", "offscreen")
+    if pool_worker:
+        # Ctrl-C reaches the whole process group: only the main process acts on it (it terminates the pool);
+        # a worker dying of KeyboardInterrupt would be respawned by the pool and its task lost
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _read_drops(path: Path) -> dict[tuple[str, int], dict]:
@@ -85,30 +95,104 @@ def _read_drops(path: Path) -> dict[tuple[str, int], dict]:
     return drops
 
 
+def _kept_seeds(scenes: Path, family: str, split: str) -> list[int]:
+    """Seeds of complete scenes on disk (Scene.save writes the .png before the .npz that completes it)."""
+    seeds = []
+    for p in scenes.glob(f"{family}_{split}_*.npz"):
+        tail = p.stem.rsplit("_", 1)[1]
+        if tail.isdigit() and p.with_suffix(".png").exists():
+            seeds.append(int(tail))
+    return sorted(seeds)
+
+
+def _remove_leftovers(scenes: Path) -> None:
+    """Half-written files of a killed run (Scene.save's temporaries); the seeds are simply simulated again."""
+    for p in [*scenes.glob("*.tmp.npz"), *scenes.glob("*.tmp.png")]:
+        p.unlink(missing_ok=True)
+
+
+def _effective_settings(world_cfg: dict, camera: dict) -> dict:
+    """What the scenes of a split depend on, defaults filled in, so equal settings compare equal however given."""
+    from dataclasses import asdict
+
+    from wamdiff.driving.render import CameraConfig
+    from wamdiff.driving.world import WorldConfig
+
+    eff = {"world": {f: asdict(WorldConfig.for_family(f, **world_cfg)) for f in FAMILIES},
+           "camera": asdict(CameraConfig(**camera))}
+    return json.loads(json.dumps(eff))
+
+
+def _merged_targets(out: Path, split: str, families: tuple[str, ...], n: int, world_cfg: dict, camera: dict) -> dict[str, int]:
+    """Kept scenes wanted per family: this request merged with what the split already holds (never less).
+
+    A dataset's split covers every family generated into it, each with the largest `n` asked for, so a re-run
+    with another --family or a smaller --n adds to the split files instead of rewriting them. Scenes are
+    named by (family, split, seed) only, so a re-run with another world config or camera is refused: it would
+    mix scenes of two settings in one split.
+    """
+    path = out / "manifest.json"
+    targets = {f: n for f in families}
+    if not path.exists():
+        return targets
+    try:
+        prev = json.loads(path.read_text()).get("splits", {}).get(split)
+    except (ValueError, AttributeError) as err:
+        raise UserError(f"{path}: unreadable manifest ({err}); restore it, or move it away to start the "
+                        "split's files from this request") from None
+    if not prev:
+        return targets
+    old_world, old_camera = prev.get("world_config") or {}, prev.get("camera") or {}
+    if _effective_settings(old_world, old_camera) != _effective_settings(world_cfg, camera):
+        raise UserError(f"{path}: split {split!r} was generated with world config {old_world} and camera {old_camera}; "
+                        f"this run asks for world config {world_cfg} and camera {camera}, which would mix two settings "
+                        "in one split: re-run with the same options or choose another --out")
+    legacy_n = prev.get("n_per_family") if isinstance(prev.get("n_per_family"), int) else 0  # manifests before "requested"
+    merged = {f: max(int(d.get("requested", legacy_n)), targets.get(f, 0))  # the split's order first: files stay stable
+              for f, d in (prev.get("families") or {}).items() if f in FAMILIES}
+    return merged | {f: k for f, k in targets.items() if f not in merged}
+
+
 def generate_dataset(out: str | Path, families=FAMILIES, split: str = "train", n: int = 100, workers: int = 2,
                      fmt: str = "text2", camera: dict | None = None, progress: bool = True, **world_cfg) -> dict:
-    """Make (or complete) `n` kept scenes per family for `split` in `out`; returns this run's stats."""
+    """Make (or complete) `n` kept scenes per family for `split` in `out`; returns this run's stats.
+
+    Re-running merges (see `_merged_targets`); the folder is locked for the run (`claim_output_dir`). An
+    interruption (Ctrl-C, kill) leaves finished scenes and the drop log, from which the next run resumes.
+    """
     from wamdiff.driving.trajectory import FORMATS
+    from wamdiff.outdir import claim_output_dir
 
     if fmt not in FORMATS:
-        raise ValueError(f"unknown answer format {fmt!r}; expected one of {FORMATS}")
+        raise UserError(f"unknown answer format {fmt!r} (--fmt); expected one of {FORMATS}")
     families = tuple(families)
     for f in families:
         if f not in FAMILIES:
-            raise ValueError(f"unknown family {f!r}; expected one of {FAMILIES}")
+            raise UserError(f"unknown family {f!r} (--family); expected one of {FAMILIES}")
+    if int(n) < 1 or int(workers) < 1:
+        raise UserError(f"--n ({n}) and --workers ({workers}) must be at least 1")
     split_seed(split, 0)
     out = Path(out)
-    (out / "scenes").mkdir(parents=True, exist_ok=True)
     camera = dict(camera or {})
+    with claim_output_dir(out):
+        targets = _merged_targets(out, split, families, n, world_cfg, camera)
+        return _generate(out, targets, split, workers, fmt, camera, progress, world_cfg)
+
+
+def _generate(out: Path, targets: dict[str, int], split: str, workers: int, fmt: str, camera: dict, progress: bool,
+              world_cfg: dict) -> dict:
+    scenes_dir = out / "scenes"
+    scenes_dir.mkdir(parents=True, exist_ok=True)
+    _remove_leftovers(scenes_dir)
     drops_path = out / f"drops_{split}.jsonl"
     drops = _read_drops(drops_path)
-    kept = {f: sorted(int(p.stem.rsplit("_", 1)[1]) for p in (out / "scenes").glob(f"{f}_{split}_*.npz")) for f in families}
-    done = {(f, s) for f in families for s in kept[f]} | set(drops)
+    kept = {f: _kept_seeds(scenes_dir, f, split) for f in targets}
+    done = {(f, s) for f in targets for s in kept[f]} | set(drops)
 
     def plan_jobs() -> list:
         """Seeds still to simulate so that each family's first `n` kept seeds are known (seed order)."""
         jobs = []
-        for f in families:
+        for f, n in targets.items():
             ok, i = 0, 0
             pending = 0
             while ok + pending < n:
@@ -131,7 +215,8 @@ def generate_dataset(out: str | Path, families=FAMILIES, split: str = "train", n
         bar = tqdm(total=len(jobs), desc=f"{split} scenes", unit="scene", dynamic_ncols=True)
     pool = mp.get_context("fork" if os.name == "posix" else "spawn").Pool(workers, _init_worker, (str(out),)) if workers > 1 else None
     if pool is None:
-        _init_worker(str(out))
+        _init_worker(str(out), pool_worker=False)
+    finished = False
     try:
         with open(drops_path, "a") as drop_log:
             while jobs:
@@ -150,17 +235,23 @@ def generate_dataset(out: str | Path, families=FAMILIES, split: str = "train", n
                     if bar is not None:
                         bar.update(1)
                 jobs = plan_jobs()  # dropped seeds leave gaps: top up until n kept per family
+                if not jobs and _set_aside_unreadable(out, split, {f: sorted(kept[f])[:n] for f, n in targets.items()}, kept, done):
+                    jobs = plan_jobs()  # every selected scene must load: an unreadable one is simulated again
                 if bar is not None and jobs:
                     bar.total += len(jobs)
                     bar.refresh()
+        finished = True
     finally:
         if pool is not None:
-            pool.close()
+            if finished:
+                pool.close()
+            else:  # Ctrl-C or an error: stop the workers now instead of letting them finish the queue
+                pool.terminate()
             pool.join()
         if bar is not None:
             bar.close()
     elapsed = time.perf_counter() - t0
-    selected = {f: sorted(kept[f])[:n] for f in families}
+    selected = {f: sorted(kept[f])[:n] for f, n in targets.items()}
     stats = {
         "generated": generated,
         "dropped": dropped_now,
@@ -172,8 +263,28 @@ def generate_dataset(out: str | Path, families=FAMILIES, split: str = "train", n
         "cpu_scenes_per_min": 60.0 * workers * (generated + dropped_now) / cpu_seconds if cpu_seconds > 0 else None,
     }
     write_split_files(out, split, selected, fmt)
-    _update_manifest(out, split, families, n, fmt, selected, drops, stats, world_cfg, camera)
+    _update_manifest(out, split, targets, fmt, selected, drops, stats, world_cfg, camera)
     return stats
+
+
+def _set_aside_unreadable(out: Path, split: str, selected: dict[str, list[int]], kept: dict[str, list[int]], done: set) -> bool:
+    """Rename selected scenes that do not load (truncated, corrupt) to `*.npz.unreadable`, with a warning, and
+    forget them so they are simulated again; True if there was any."""
+    from wamdiff.driving.scene import Scene
+
+    bad = []
+    for family, seeds in selected.items():
+        for seed in seeds:
+            path = out / "scenes" / f"{scene_name(family, split, seed)}.npz"
+            try:
+                Scene.load(path)
+            except ValueError as err:
+                warnings.warn(f"{err}; set aside as {path.name}.unreadable, its seed is simulated again", stacklevel=2)
+                os.replace(path, path.with_name(path.name + ".unreadable"))
+                kept[family].remove(seed)
+                done.discard((family, seed))
+                bad.append(path)
+    return bool(bad)
 
 
 def write_split_files(out: Path, split: str, selected: dict[str, list[int]], fmt: str) -> None:
@@ -199,7 +310,7 @@ def write_split_files(out: Path, split: str, selected: dict[str, list[int]], fmt
     write_samples(qa, out / f"{split}_qa.json")
 
 
-def _update_manifest(out: Path, split: str, families, n: int, fmt: str, selected, drops, stats, world_cfg, camera) -> None:
+def _update_manifest(out: Path, split: str, targets: dict[str, int], fmt: str, selected, drops, stats, world_cfg, camera) -> None:
     import highway_env
 
     from wamdiff.driving.render import CameraConfig
@@ -209,7 +320,7 @@ def _update_manifest(out: Path, split: str, families, n: int, fmt: str, selected
     path = out / "manifest.json"
     manifest = json.loads(path.read_text()) if path.exists() else {}
     per_family = {}
-    for f in families:
+    for f in targets:
         reasons = Counter(d["reason"] for (fam, _), d in drops.items() if fam == f)
         last = max(selected[f]) if selected[f] else -1
         # drops that happened before the last selected seed are the honest drop rate of this selection
@@ -218,6 +329,7 @@ def _update_manifest(out: Path, split: str, families, n: int, fmt: str, selected
         for seed in selected[f]:
             commands[_command_of(out, f, split, seed)] += 1
         per_family[f] = {
+            "requested": targets[f],
             "kept": len(selected[f]),
             "attempted": attempted,
             "dropped": dict(reasons),
@@ -227,7 +339,7 @@ def _update_manifest(out: Path, split: str, families, n: int, fmt: str, selected
             "commands": dict(commands),
         }
     manifest.setdefault("splits", {})[split] = {
-        "n_per_family": n,
+        "n_per_family": dict(targets),
         "families": per_family,
         "total": sum(len(v) for v in selected.values()),
         "seed_range": [SPLIT_SEED_BASE[split], SPLIT_SEED_BASE[split] + SPLIT_SEED_SPAN - 1],
@@ -262,15 +374,15 @@ def quantization_report(data_dir: str | Path, split: str | None = None) -> dict[
     """Mean L2 quantisation error (m per waypoint) of every answer format over the expert futures in DIR."""
     import numpy as np
 
+    from wamdiff.driving.scene import Scene
     from wamdiff.driving.trajectory import FORMATS, quantization_error
 
-    files = sorted(Path(data_dir, "scenes").glob(f"*_{split}_*.npz" if split else "*.npz"))
+    files = sorted(p for p in Path(data_dir, "scenes").glob(f"*_{split}_*.npz" if split else "*.npz") if not p.name.endswith(".tmp.npz"))
     if not files:
-        raise ValueError(f"{data_dir}: no scenes/*.npz found")
+        raise UserError(f"{data_dir}: no scenes/*.npz found (--data must be a folder made by `wamdiff data generate`)")
     errs = defaultdict(list)
     for f in files:
-        with np.load(f, allow_pickle=False) as z:
-            xy = z["future"][:, :2].astype(np.float64)
+        xy = Scene.load(f).future[:, :2].astype(np.float64)
         for fmt in FORMATS:
             errs[fmt].append(quantization_error(xy, fmt))
     return {fmt: float(np.mean(v)) for fmt, v in errs.items()} | {"scenes": len(files)}

@@ -10,6 +10,8 @@ image as a PNG beside it, so a person can open it and the WAM-Diff2 JSON can poi
 from __future__ import annotations
 
 import json
+import zipfile
+import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -60,7 +62,7 @@ class Scene:
 
     # -- storage ---------------------------------------------------------------------------------
     def save(self, path: str | Path) -> Path:
-        """Write `<path>.npz` and `<path>.png`; returns the npz path. Atomic: a crash leaves no half file."""
+        """Write `<path>.png` and `<path>.npz`; returns the npz path. Atomic: a crash leaves no half file."""
         from PIL import Image
 
         path = Path(path).with_suffix("")
@@ -83,40 +85,47 @@ class Scene:
         header.pop("map", None)
         header["speed_limit"] = self.map.speed_limit
         arrays["header"] = np.frombuffer(json.dumps(header).encode(), dtype=np.uint8)
-        tmp = path.with_name(path.name + ".tmp.npz")
-        np.savez_compressed(tmp, **arrays)
-        tmp.replace(path.with_suffix(".npz"))
+        # the .png first: a present .npz is what marks the scene complete (dataset resume relies on it)
         png_tmp = path.with_name(path.name + ".tmp.png")
         Image.fromarray(self.image).save(png_tmp)
         png_tmp.replace(path.with_suffix(".png"))
+        tmp = path.with_name(path.name + ".tmp.npz")
+        np.savez_compressed(tmp, **arrays)
+        tmp.replace(path.with_suffix(".npz"))
         return path.with_suffix(".npz")
 
     @classmethod
     def load(cls, path: str | Path) -> "Scene":
         path = Path(path).with_suffix(".npz")
         try:
-            z = np.load(path, allow_pickle=False)
-            header = json.loads(bytes(z["header"]).decode())
-            scene_map = SceneMap(
-                **{n: _unpack(z[f"{n}__flat"], z[f"{n}__offsets"]) for n in
-                   ("lane_polygons", "lane_centerlines", "drivable_polygons", "intersection_polygons")},
-                route_centerline=z["route_centerline"],
-                speed_limit=float(header.pop("speed_limit")),
-            )
-            return cls(
-                **header,
-                image=z["image"],
-                ego_history=z["ego_history"],
-                future=z["future"],
-                agent_boxes=z["agent_boxes"],
-                agent_velocity=z["agent_velocity"],
-                agent_valid=z["agent_valid"],
-                agent_is_vehicle=z["agent_is_vehicle"],
-                map=scene_map,
-                ego_pose_world=z["ego_pose_world"],
-            )
-        except (OSError, KeyError, ValueError, TypeError) as err:
-            raise ValueError(f"{path}: not a readable wamdiff scene ({type(err).__name__}: {err})") from err
+            with np.load(path, allow_pickle=False) as z:
+                return cls._from_arrays(z)
+        except (OSError, KeyError, ValueError, TypeError, EOFError, zipfile.BadZipFile, zlib.error) as err:
+            # a truncated or corrupt file (BadZipFile, zlib.error) is named like any other unreadable one
+            raise ValueError(f"{path}: not a readable wamdiff scene ({type(err).__name__}: {err}); "
+                             "regenerate it (`wamdiff data generate` re-simulates it) or remove it") from err
+
+    @classmethod
+    def _from_arrays(cls, z) -> "Scene":
+        header = json.loads(bytes(z["header"]).decode())
+        scene_map = SceneMap(
+            **{n: _unpack(z[f"{n}__flat"], z[f"{n}__offsets"]) for n in
+               ("lane_polygons", "lane_centerlines", "drivable_polygons", "intersection_polygons")},
+            route_centerline=z["route_centerline"],
+            speed_limit=float(header.pop("speed_limit")),
+        )
+        return cls(
+            **header,
+            image=z["image"],
+            ego_history=z["ego_history"],
+            future=z["future"],
+            agent_boxes=z["agent_boxes"],
+            agent_velocity=z["agent_velocity"],
+            agent_valid=z["agent_valid"],
+            agent_is_vehicle=z["agent_is_vehicle"],
+            map=scene_map,
+            ego_pose_world=z["ego_pose_world"],
+        )
 
 
 def _pack(polygons: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

@@ -22,6 +22,7 @@ class ConversationSample:
     human: str
     answer: str
     meta: dict = field(default_factory=dict)
+    where: str = field(default="", compare=False)  # "file:line (item k)" it was read from, for error messages
 
 
 def _sample_from_obj(obj, where: str, root: Path) -> ConversationSample:
@@ -58,7 +59,8 @@ def _sample_from_obj(obj, where: str, root: Path) -> ConversationSample:
     if extra:
         meta["extra_turns"] = extra
     sid = obj.get("id")
-    return ConversationSample(id=str(sid) if sid is not None else where, image_paths=paths, human=human, answer=answer, meta=meta)
+    return ConversationSample(id=str(sid) if sid is not None else where, image_paths=paths, human=human, answer=answer, meta=meta,
+                              where=where)
 
 
 def read_samples(path: str | Path, image_root: str | Path | None = None) -> list[ConversationSample]:

@@ -14,6 +14,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from wamdiff.errors import UserError
+from wamdiff.outdir import claim_for_command
+
 app = typer.Typer(help="Evaluate planners: NAVSIM-style PDMS, open-loop L2, closed-loop success.", no_args_is_help=True,
                   add_completion=False)
 console = Console()
@@ -23,14 +26,12 @@ def _load(data: str, split: str | None, families: str | None, limit: int | None)
     from .data import load_scenes
 
     fams = [f.strip() for f in families.split(",")] if families else None
-    try:
-        scenes, problems = load_scenes(data, split, fams, limit)
-    except ValueError as err:
-        raise typer.BadParameter(str(err), param_hint="--data") from err
+    scenes, problems = load_scenes(data, split, fams, limit)
     if problems:
         console.print(f"[yellow]{len(problems)} unreadable scene file(s); first: {problems[0]}")
     if not scenes:
-        raise typer.BadParameter(f"no scenes found under {data} (split={split}, families={families})")
+        raise UserError(f"--data {data}: no scenes found (split={split}, families={families}); generate some with "
+                        "`wamdiff data generate`")
     return scenes, problems
 
 
@@ -60,14 +61,10 @@ def _specs(texts: list[str]) -> dict:
     from .planners import make_planner
     from .specs import parse_specs
 
-    try:
-        specs = parse_specs(list(texts))
-        for spec in specs.values():
-            make_planner(spec)  # cheap: finds a missing checkpoint now, loads nothing
-        return specs
-    except ValueError as err:
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(2) from None
+    specs = parse_specs(list(texts))  # a bad spec raises ValueError: the CLI's one-line error, exit 2
+    for spec in specs.values():
+        make_planner(spec)  # cheap: finds a missing checkpoint now, loads nothing
+    return specs
 
 
 @app.command()
@@ -77,12 +74,12 @@ def pdms(
     out: str = typer.Option("runs/eval/pdms", help="Results directory."),
     split: str = typer.Option(None, help="Only scenes of this split."),
     families: str = typer.Option(None, help="Comma-separated families."),
-    limit: int = typer.Option(None, help="At most this many scenes."),
+    limit: int = typer.Option(None, min=1, help="At most this many scenes."),
     epdms: bool = typer.Option(False, help="Also compute the NAVSIM v2 EPDMS terms."),
     pacifica: bool = typer.Option(False, help="Use NAVSIM's Pacifica instead of the scene's ego box."),
     drivable_tolerance: float = typer.Option(0.0, help="Grow the drivable area by this many metres (0 = NAVSIM)."),
-    plots: int = typer.Option(6, help="BEV plots for this many scenes."),
-    batch: int = typer.Option(64, help="Scenes per planner/scoring batch."),
+    plots: int = typer.Option(6, min=0, help="BEV plots for this many scenes."),
+    batch: int = typer.Option(64, min=1, help="Scenes per planner/scoring batch."),
 ) -> None:
     """NAVSIM v1.1 PDM Score per scene and aggregated, for one or more planners (open-loop metrics from the same
     plans are written too)."""
@@ -90,6 +87,7 @@ def pdms(
     from .run import OpenLoopSettings, evaluate_open, headline_columns
 
     specs = _specs(planner)
+    claim_for_command(out)  # writable and ours before any planning
     scenes, problems = _load(data, split, families, limit)
     cfg = PDMSConfig(use_pacifica=pacifica, drivable_tolerance=drivable_tolerance, epdms=epdms,
                      reference_cache=str(Path(out) / "reference_cache"))
@@ -110,10 +108,10 @@ def openloop(
     out: str = typer.Option("runs/eval/openloop", help="Results directory."),
     split: str = typer.Option(None),
     families: str = typer.Option(None),
-    limit: int = typer.Option(None),
+    limit: int = typer.Option(None, min=1),
     compare: str = typer.Option(None, help="Aggregate JSON of a reference planner (relative change is reported)."),
     reference_planner: str = typer.Option(None, help="Or: a planner spec run here as the reference for relative change."),
-    batch: int = typer.Option(64),
+    batch: int = typer.Option(64, min=1),
 ) -> None:
     """L2 per 0.5 s step and at 1/2/3/4 s, ADE/FDE, failed plans, plan collision rate."""
     import json
@@ -124,6 +122,7 @@ def openloop(
     if reference_planner and reference_planner not in texts:
         texts = [reference_planner, *texts]
     specs = _specs(texts)
+    claim_for_command(out)  # writable and ours before any planning
     scenes, problems = _load(data, split, families, limit)
     relative_to = json.loads(Path(compare).read_text()) if compare else reference_planner
     results = evaluate_open(specs, scenes, out, OpenLoopSettings(pdms=None, batch=batch, relative_to=relative_to),
@@ -140,8 +139,8 @@ def closedloop(
     routes: str = typer.Option("dev", help="Route set: dev (10 routes) or full."),
     out: str = typer.Option("runs/eval/closedloop", help="Results directory."),
     families: str = typer.Option(None, help="Comma-separated families (default: all)."),
-    strips: int = typer.Option(2, help="Frame strips for this many routes per planner."),
-    batch: int = typer.Option(0, help="Routes driven in lockstep, their replans batched into one planner call "
+    strips: int = typer.Option(2, min=0, help="Frame strips for this many routes per planner."),
+    batch: int = typer.Option(0, min=0, help="Routes driven in lockstep, their replans batched into one planner call "
                                       "(0: all routes of the set)."),
 ) -> None:
     """Bench2Drive-style closed loop: re-plan every 0.5 s, track at 10 Hz, reactive traffic.
@@ -156,7 +155,8 @@ def closedloop(
     try:
         rset = route_set(routes, fams)
     except ValueError as err:
-        raise typer.BadParameter(str(err), param_hint="--routes/--families") from err
+        raise UserError(f"--routes/--families: {err}") from None
+    claim_for_command(out)  # writable and ours before any driving
     results = evaluate_closed(specs, rset, out, record_frames=strips, batch=batch or None, route_set=routes, console=console)
     _table("closed loop (" + next(iter(results.values()))["version"] + ")", results,
            headline_columns(results, ["n", "success_rate", "route_completion", "driving_score", "efficiency", "comfort",
@@ -169,7 +169,7 @@ def closedloop(
 @app.command()
 def bench(
     data: str = typer.Option(None, help="Scene directory (default: synthetic scenes)."),
-    n: int = typer.Option(400, help="Plans to score."),
+    n: int = typer.Option(400, min=1, help="Plans to score."),
     planner: str = typer.Option("cv", help="Planner whose plans are scored."),
     epdms: bool = typer.Option(False),
 ) -> None:

@@ -11,12 +11,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from transformers import (
     AutoConfig, AutoTokenizer, PreTrainedModel, Qwen2VLImageProcessorPil, Qwen3Config, Qwen3ForCausalLM,
     Qwen3VLConfig, Qwen3VLForConditionalGeneration,
 )
 
 from wamdiff.diffusion.attention import install_attention
+from wamdiff.errors import UserError
 from wamdiff.models import tokens as T
 from wamdiff.models.tokenizer import add_special_tokens
 from wamdiff.models.tokens import token_id
@@ -142,9 +144,15 @@ def load_model(path, *, dtype=torch.float32):
         raise ValueError(f"{path}: not a model directory (no config.json)")
     if not any((path / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "vocab.json")):
         raise ValueError(f"{path}: no tokenizer files next to the model (save with wamdiff.models.save_model)")
-    config = AutoConfig.from_pretrained(path)
-    model = _model_class(config).from_pretrained(path, dtype=dtype)
-    tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left", clean_up_tokenization_spaces=False)
+    try:
+        config = AutoConfig.from_pretrained(path)
+        model = _model_class(config).from_pretrained(path, dtype=dtype)
+        tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left", clean_up_tokenization_spaces=False)
+    except SafetensorError as err:  # a truncated or corrupt weights file: say which one
+        raise UserError(f"{unreadable_weights(path) or path}: unreadable model weights ({err}); the file is truncated or corrupt: "
+                        "copy or save the checkpoint again") from err
+    except OSError as err:  # transformers reports unreadable config / tokenizer files as OSError
+        raise UserError(f"{path}: cannot load the checkpoint ({' '.join(str(err).split())})") from err
     add_special_tokens(tokenizer)
     vocab = model.get_input_embeddings().weight.shape[0]
     if len(tokenizer) > vocab:
@@ -156,6 +164,19 @@ def load_model(path, *, dtype=torch.float32):
         cfg.vision_start_token_id = token_id(tokenizer, T.VISION_START)
         cfg.vision_end_token_id = token_id(tokenizer, T.VISION_END)
     return install_attention(model.eval()), tokenizer
+
+
+def unreadable_weights(path: str | Path) -> Path | None:
+    """The first *.safetensors file in `path` whose header safetensors refuses (truncated, corrupt), else None."""
+    from safetensors import safe_open
+
+    for f in sorted(Path(path).glob("*.safetensors")):
+        try:
+            with safe_open(f, "pt"):
+                pass
+        except (SafetensorError, OSError):
+            return f
+    return None
 
 
 def load_image_processor(path) -> Qwen2VLImageProcessorPil:

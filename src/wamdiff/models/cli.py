@@ -29,28 +29,22 @@ def build(
     """Build a randomly initialised model + tokenizer (+ image processor) from a preset and save it."""
     from wamdiff.models import build_model, build_tokenizer, model_info, save_model
 
-    try:
-        tokenizer = build_tokenizer()
-        save_model(build_model(preset, tokenizer, vision=not text_only, seed=seed), tokenizer, out)
-    except ValueError as err:
-        raise typer.BadParameter(str(err)) from err
+    tokenizer = build_tokenizer()
+    save_model(build_model(preset, tokenizer, vision=not text_only, seed=seed), tokenizer, out)
     _show(model_info(out), f"built {out}")
 
 
 @app.command()
 def convert(
     src: Path = typer.Argument(..., help="AR (or diffusion) checkpoint directory."),
-    block_size: int = typer.Option(32, help="Diffusion block size B."),
+    block_size: int = typer.Option(32, min=1, help="Diffusion block size B."),
     out: Path = typer.Option(..., help="Output directory."),
 ) -> None:
     """Convert a checkpoint to block diffusion (settings in its config; weights unchanged)."""
     from wamdiff.models import load_image_processor, load_model, model_info, save_model, to_diffusion
 
-    try:
-        model, tokenizer = load_model(src)
-        save_model(to_diffusion(model, block_size, tokenizer=tokenizer), tokenizer, out, load_image_processor(src))
-    except ValueError as err:
-        raise typer.BadParameter(str(err)) from err
+    model, tokenizer = load_model(src)
+    save_model(to_diffusion(model, block_size, tokenizer=tokenizer), tokenizer, out, load_image_processor(src))
     _show(model_info(out), f"converted {src} -> {out}")
 
 
@@ -59,7 +53,4 @@ def info(path: Path = typer.Argument(..., help="Checkpoint directory.")) -> None
     """Parameters, sizes and diffusion settings of a checkpoint."""
     from wamdiff.models import model_info
 
-    try:
-        _show(model_info(path), str(path))
-    except ValueError as err:
-        raise typer.BadParameter(str(err)) from err
+    _show(model_info(path), str(path))

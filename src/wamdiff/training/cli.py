@@ -32,11 +32,7 @@ def main(
         raise typer.Exit(2)
     from wamdiff.training.config import load_recipe
 
-    try:
-        r = load_recipe(recipe, list(set_ or []))
-    except ValueError as err:
-        typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
-        raise typer.Exit(2) from None
+    r = load_recipe(recipe, list(set_ or []))  # a bad recipe is a user error: one line, exit 2 (wamdiff.errors)
     if print_recipe:
         import yaml
 

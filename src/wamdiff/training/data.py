@@ -18,6 +18,8 @@ from pathlib import Path
 
 import torch
 
+from wamdiff.errors import UserError
+
 
 @dataclass
 class Example:
@@ -120,7 +122,7 @@ def load_examples(json_path: str | Path, tokenizer, *, vision: bool, limit: int 
 
     json_path = Path(json_path)
     if not json_path.exists():
-        raise ValueError(f"training data file not found: {json_path}")
+        raise UserError(f"{json_path}: training data file not found (check the recipe's data paths)")
     samples = read_samples(json_path, image_root=image_root)  # image paths come back absolute
     if limit is not None:
         samples = samples[:limit]
@@ -129,8 +131,13 @@ def load_examples(json_path: str | Path, tokenizer, *, vision: bool, limit: int 
         images = []
         if vision:
             for ip in s.image_paths:
-                with Image.open(ip) as im:
-                    images.append(im.convert("RGB"))
+                try:
+                    with Image.open(ip) as im:
+                        images.append(im.convert("RGB"))
+                except OSError as err:  # missing, unreadable or not an image (PIL's UnidentifiedImageError)
+                    raise UserError(f"{s.where or json_path}: sample {s.id!r}: field 'image': cannot open {ip} "
+                                    f"({err.strerror or type(err).__name__}); fix the path (relative paths resolve "
+                                    "against the JSON file's folder, or data.image_root) or regenerate the data") from err
         try:
             prompt = encode_prompt(tokenizer, s.human, images, vision=vision, image_processor=image_processor)
         except ValueError as err:

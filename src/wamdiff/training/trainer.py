@@ -25,6 +25,7 @@ from typing import Callable
 
 import torch
 
+from wamdiff.errors import UserError
 from wamdiff.training import checkpoint as ckpt
 from wamdiff.jsonfile import write_json
 from wamdiff.models.tokens import MASK, PAD, token_id
@@ -126,6 +127,12 @@ class Trainer:
         self.world, self.rank = self.accelerator.num_processes, self.accelerator.process_index
         self.is_main = self.accelerator.is_main_process
         self.micro_rows = self._rows_per_micro_step()
+        if self.is_main:
+            for p in ckpt.remove_leftovers(self.output_dir):
+                print(f"[train] cleared {p} (left by a killed save)")
+        self.accelerator.wait_for_everyone()
+        # which checkpoint to continue from is decided (and refused) before the model and data are loaded
+        self._resume_state = self._pick_checkpoint() if resume else self._refuse_existing_run()
 
         torch.manual_seed(r.seed)  # same initial weights on every process
         self.model, self.tokenizer, self.image_processor = load_student(r)
@@ -143,8 +150,8 @@ class Trainer:
 
         self.step = 0
         self.resumed_from: Path | None = None
-        if resume:
-            self._resume()
+        if self._resume_state is not None:
+            self._resume(self._resume_state)
         self.logger = MetricsLogger(self.output_dir, tensorboard=r.log.tensorboard, enabled=self.is_main,
                                     resume_step=self.step if self.resumed_from else None)
 
@@ -199,7 +206,7 @@ class Trainer:
         from accelerate.utils import DistributedType
 
         r, dt = self.recipe, self.accelerator.distributed_type
-        self.sharded = self.world > 1 and dt in (DistributedType.FSDP, DistributedType.DEEPSPEED)
+        self.sharded = self.sharded_launch
         self.manual_allreduce = self.world > 1 and not self.sharded
         if self.manual_allreduce:
             self.model.to(self.accelerator.device)
@@ -411,30 +418,86 @@ class Trainer:
                                          extra={"sampler": self.sampler.state_dict(), "recipe": self.recipe.to_dict(),
                                                 "world_size": self.world})
                 for rank, state in enumerate(rngs):
-                    torch.save(state, tmp / f"rng-rank{rank}.pt")
+                    ckpt.save_rng(tmp, rank, state)
 
             ckpt.atomic_dir(final, write)
             ckpt.prune_checkpoints(self.output_dir, self.recipe.checkpoint.keep_last)
         self.accelerator.wait_for_everyone()
 
-    def _resume(self) -> None:
+    def _steps_done(self) -> tuple[int, str]:
+        """Steps an earlier run in output_dir already trained (its newest checkpoint or final/), and where."""
+        found = ckpt.checkpoints(self.output_dir)
+        done, where = (found[-1][0], str(found[-1][1])) if found else (0, "")
+        final_steps = ckpt.final_steps(self.output_dir)
+        if final_steps is not None and final_steps > done:
+            done, where = final_steps, str(self.output_dir / "final")
+        return done, where
+
+    def _refuse_existing_run(self) -> None:
+        """A fresh run must not write over an earlier one (pruning would even keep the OLD checkpoints)."""
+        done, where = self._steps_done()
+        if where or (self.output_dir / "final").exists():
+            raise UserError(f"{self.output_dir}: output_dir already holds a run ({where or self.output_dir / 'final'}"
+                            f"{f', {done} steps' if done else ''}); add --resume to continue it, or set another "
+                            "output_dir (--set output_dir=...), or delete it")
+
+    def _pick_checkpoint(self) -> ckpt.TrainingState | None:
+        """The newest checkpoint that reads back whole; a broken newer one is skipped with a warning."""
+        from wamdiff.models.build import unreadable_weights
+
+        r = self.recipe
+        done, where = self._steps_done()
+        if done > r.optim.steps:
+            raise UserError(f"{where}: output_dir {self.output_dir} has already trained {done} steps, more than "
+                            f"optim.steps={r.optim.steps}: resuming would overwrite final/ with a shorter run's weights; "
+                            f"raise optim.steps to at least {done} or set another output_dir")
+        found = ckpt.checkpoints(self.output_dir)
+        if not found:
+            if self.is_main:
+                note = " (final/ is replaced by this run)" if (self.output_dir / "final").exists() else ""
+                print(f"[train] --resume: no checkpoint under {ckpt.checkpoint_root(self.output_dir)}; starting fresh{note}")
+            return None
+        problems = []
+        for _, path in reversed(found):
+            try:
+                state = ckpt.read_training_state(path, rank=self.rank, with_optimizer=not self.sharded_launch)
+                bad = None if self.sharded_launch else unreadable_weights(path / "model")
+                if bad is not None or not (path / "model" / "config.json").is_file():
+                    raise UserError(f"{bad or path / 'model'}: unreadable model weights")
+            except UserError as err:
+                problems.append(str(err))
+                if self.is_main:
+                    warnings.warn(f"--resume: skipping checkpoint {path}: {err}", stacklevel=2)
+                if self.sharded_launch:  # every process must load the same shards: no fallback there
+                    raise
+                continue
+            if problems and self.is_main:
+                warnings.warn(f"--resume: falling back to the older checkpoint {path}", stacklevel=2)
+            return state
+        raise UserError(f"{ckpt.checkpoint_root(self.output_dir)}: no readable checkpoint ({problems[0]}); delete the "
+                        "broken checkpoints or set another output_dir")
+
+    @property
+    def sharded_launch(self) -> bool:
+        """FSDP / DeepSpeed with several processes (known before `_distribute` runs)."""
+        from accelerate.utils import DistributedType
+
+        return self.world > 1 and self.accelerator.distributed_type in (DistributedType.FSDP, DistributedType.DEEPSPEED)
+
+    def _resume(self, state: ckpt.TrainingState) -> None:
         from wamdiff.models.build import load_model
 
-        last = ckpt.latest_checkpoint(self.output_dir)
-        if last is None:
-            if self.is_main:
-                print(f"[train] --resume: no checkpoint under {ckpt.checkpoint_root(self.output_dir)}; starting fresh")
-            return
+        last = state.path
         if self.sharded:  # weights + sharded optimiser state through accelerate (collective)
             self.accelerator.load_state(str(last / "accelerate"))
-            state = ckpt.load_training_state(last, optimizer=None, scheduler=self.scheduler, rank=self.rank)
+            saved_state = ckpt.apply_training_state(state, optimizer=None, scheduler=self.scheduler)
         else:
             saved, _ = load_model(last / "model")
             self.unwrapped.load_state_dict(saved.state_dict())
             del saved
-            state = ckpt.load_training_state(last, optimizer=self.optimizer, scheduler=self.scheduler, rank=self.rank)
-        self.sampler.load_state_dict(state["sampler"])
-        self.step = int(state["step"])
+            saved_state = ckpt.apply_training_state(state, optimizer=self.optimizer, scheduler=self.scheduler)
+        self.sampler.load_state_dict(saved_state["sampler"])
+        self.step = state.step
         self.resumed_from = last
         if self.is_main:
             print(f"[train] resumed {self.recipe.name!r} from {last} at step {self.step}")
@@ -443,7 +506,12 @@ class Trainer:
         final = self.output_dir / "final"
         full = self.accelerator.get_state_dict(self.model) if self.sharded else None  # collective
         if self.is_main:
-            ckpt.atomic_dir(final, lambda tmp: self._save_model(tmp, full))
+
+            def write(tmp: Path) -> None:
+                self._save_model(tmp, full)
+                ckpt.write_final_steps(tmp, self.step)
+
+            ckpt.atomic_dir(final, write)
         self.accelerator.wait_for_everyone()
         return final
 
@@ -535,5 +603,12 @@ class Trainer:
 def train(recipe: dict | str | Path | Recipe, overrides: dict | list[str] | None = None, *, resume: bool = False,
           step_callback: Callable[[int], None] | None = None) -> RunResult:
     """Run one recipe in-process; chain stages with `train(next, {"model.init": str(prev.final_model)})`."""
+    from contextlib import nullcontext
+
+    from wamdiff.outdir import claim_output_dir
+
     r = recipe if isinstance(recipe, Recipe) else load_recipe(recipe, overrides)
-    return Trainer(r, resume=resume, step_callback=step_callback).run()
+    # one run per output_dir (checked writable before anything loads); only global rank 0 writes there
+    lock = claim_output_dir(r.output_dir, option="output_dir") if int(os.environ.get("RANK", "0")) == 0 else nullcontext()
+    with lock:
+        return Trainer(r, resume=resume, step_callback=step_callback).run()
