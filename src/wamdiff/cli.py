@@ -44,6 +44,20 @@ for _name, _module, _help in _SUBCOMMANDS:
     except (ImportError, AttributeError) as _err:  # area not built yet: say so instead of crashing
         _sub = typer.Typer(help=f"{_help} [unavailable: {_err}]")
     app.add_typer(_sub, name=_name, help=_help)
+    if _name == "data":
+        _data_app = _sub
+
+
+def _wire_aggregate() -> None:
+    """`wamdiff data aggregate` belongs with the data commands but drives a planner (the eval layer): wired here."""
+    try:
+        from wamdiff.eval.cli import aggregate
+    except ImportError:  # pragma: no cover - eval unavailable: the data commands still work
+        return
+    _data_app.command("aggregate")(aggregate)
+
+
+_wire_aggregate()
 
 
 @app.callback()

@@ -135,7 +135,16 @@ def _meta(world: World) -> dict:
 
 
 def generate_scene(family: str, seed: int, split: str = "train", camera: CameraConfig = CameraConfig(), **cfg) -> Scene | Drop:
-    world = make_world(family, seed, **cfg)
+    """A logged scene of a fresh seeded world: its t0 after the warm-up, labelled by the expert's next 5 s."""
+    return capture_scene(make_world(family, seed, **cfg), f"{family}_{split}_{seed:08d}", split, camera)
+
+
+def capture_scene(world: World, scene_id: str, split: str, camera: CameraConfig = CameraConfig()) -> Scene | Drop:
+    """The scene of `world` now, labelled by letting the expert drive it 5 s on (the world is consumed).
+
+    Data generation calls it on fresh worlds; on-policy aggregation on copies of closed-loop worlds that a model
+    drove until now (handed back to the expert with `World.autopilot`), so the labels show how to recover."""
+    family, seed = world.family, world.seed
     if world.ego.crashed:
         return Drop(family, seed, "crash", "before t0")
     command = route_command(world)
@@ -182,7 +191,7 @@ def generate_scene(family: str, seed: int, split: str = "train", camera: CameraC
     is_vehicle = np.array([objects[k] in world.road.vehicles or hasattr(objects[k], "target_speed") for k in keys], bool)
     meta.update({"command_lane_change": lane_change, "agents": "logged", "ego_speed_t0": float(history[-1, 3])})
     return Scene(
-        scene_id=f"{family}_{split}_{seed:08d}", family=family, seed=int(seed), split=split, command=command,
+        scene_id=scene_id, family=family, seed=int(seed), split=split, command=command,
         image=image, ego_history=history.astype(np.float32), future=future.astype(np.float32),
         agent_boxes=boxes, agent_velocity=vel, agent_valid=valid, agent_is_vehicle=is_vehicle,
         map=_scene_map(world, pose, layers), ego_pose_world=pose, ego_length=float(world.ego.LENGTH),

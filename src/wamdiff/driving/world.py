@@ -494,9 +494,37 @@ class World:
         self.ego.external, self.ego.hold_state = True, False
         self.ego.action = {"acceleration": float(accel), "steering": float(-steer)}
 
-    def autopilot(self) -> None:
-        """Hand the ego back to the expert."""
-        self.ego.external = self.ego.hold_state = False
+    def autopilot(self, accel: float | None = None, steer: float | None = None) -> None:
+        """Hand the ego back to the expert, from wherever it is now.
+
+        While driven from outside the ego never acted, so its route, target lane and pending lane changes still
+        describe where it started: they are re-aligned to its current lane (else highway-env warns that the route
+        does not start after the current road and picks the next lanes at random). `accel` / `steer` (front-wheel
+        angle, left +) seed the expert's rate limits so it continues smoothly from the current command.
+        """
+        ego = self.ego
+        road = ego.lane_index[:2]
+        ego.external = ego.hold_state = False
+        ego.target_lane_index = ego.lane_index
+        roads = [li[:2] for li in ego.route]
+        if road in roads:
+            ego.route = ego.route[roads.index(road):]
+        planned = [li[:2] for li in self.plan.lanes]
+        if road in planned:  # changes on roads already behind are done; one on this road may still be ahead
+            ahead = set(planned[planned.index(road):])
+            ego.lane_changes = [c for c in ego.lane_changes if c[0] in ahead]
+        if accel is not None:
+            ego.prev_accel = float(accel)
+        if steer is not None:
+            ego.prev_steer = float(-steer)  # highway-env's frame is mirrored (y down)
+
+    def is_on_route(self, max_offset_m: float = 2.5) -> bool:
+        """The ego still follows its route: on one of the route's roads, its box centre within `max_offset_m` of
+        the route centreline. Only such states can be handed back to the expert meaningfully."""
+        if self.ego.lane_index[:2] not in {li[:2] for li in self.plan.lanes}:
+            return False
+        centre = geo.rear_axle_to_center(self.ego_pose()[:2], self.ego_pose()[2])
+        return abs(geo.project_on_polyline(self.route_centerline_world, centre)[1]) <= max_offset_m
 
     # -- simulation ------------------------------------------------------------------------------------------------
     def step(self, dt: float = SIM_DT) -> None:

@@ -199,3 +199,37 @@ def bench(
     console.print(f"scored {len(rows)} plans over {len(uniq)} scenes in {dt:.2f}s: [bold]{len(rows) / dt:.0f} plans/s[/] "
                   f"(reference planner: {len(uniq) / t_ref:.1f} scenes/s, once per scene, cached); "
                   f"invalid {sum(not r['valid'] for r in rows)}")
+
+
+def aggregate(
+    planner: str = typer.Option(..., "--planner", "-p", help="The model that drives (planner spec, e.g. model:DIR)."),
+    data: Path = typer.Option(..., "--data", help="Dataset folder the labelled scenes are added to (agg.json)."),
+    round_index: int = typer.Option(0, "--round", min=0, help="Aggregation round (its own route seeds)."),
+    routes_per_family: int = typer.Option(25, min=1, help="Training routes driven per family."),
+    label_every: int = typer.Option(2, min=1, help="Replans (0.5 s) between labelled states."),
+    fmt: str = typer.Option("delta", help="Answer format of the labels (as the model's training data)."),
+    force: bool = typer.Option(False, help="Redo the round even if its files exist."),
+) -> None:
+    """On-policy aggregation (DAgger), one round: drive training routes with the model, label the visited states
+    with the expert's plan, add them to DATA/agg.json (train on train.json + agg.json next)."""
+    from wamdiff.driving.trajectory import FORMATS
+
+    from .aggregation import AggregationRound, aggregate_round
+    from .run import progress_bar
+
+    if fmt not in FORMATS:
+        raise UserError(f"--fmt {fmt!r}: unknown answer format; use one of {FORMATS}")
+    (spec,) = _specs([planner]).values()
+    claim_for_command(str(data))
+    settings = AggregationRound(round_index, routes_per_family, label_every)
+    with progress_bar(console) as prog:
+        task = prog.add_task(f"round {round_index}: routes", total=len(settings.routes()))
+        entry = aggregate_round(spec, data, settings, fmt, force=force, progress=lambda: prog.advance(task))
+    t = Table(title=f"aggregation round {round_index}: {entry['labelled']} labelled scenes in {data}")
+    for col in ("family", "visited", "labelled", "off route", "dropped", "routes"):
+        t.add_column(col)
+    for fam, c in entry["families"].items():
+        drops = sum(v for k, v in c.items() if k.startswith("drop_"))
+        ends = ", ".join(f"{k[6:]}: {v}" for k, v in c.items() if k.startswith("route_"))
+        t.add_row(fam, str(c.get("visited", 0)), str(c.get("labelled", 0)), str(c.get("off_route", 0)), str(drops), ends)
+    console.print(t)

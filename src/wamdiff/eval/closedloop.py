@@ -173,12 +173,12 @@ class RouteRunner:
 
     def __init__(self, route: Route, expert_mode: bool = False, record_frames: bool = False, blocked_s: float = 20.0,
                  frame_every_s: float = 2.0, max_frames: int = 8, max_deviation_m: float = 12.0, fallback=None,
-                 camera=None):
+                 camera=None, on_replan=None):
         self.result = RouteResult(route)
         self.scene = None  # the Scene awaiting a plan while `needs_plan`
         self.done = False
         self._gen = _drive(route, self.result, expert_mode, record_frames, blocked_s, frame_every_s, max_frames,
-                           max_deviation_m, fallback, camera)
+                           max_deviation_m, fallback, camera, on_replan)
         self._started = False
 
     @property
@@ -240,7 +240,7 @@ def planner_camera(planner):
 
 
 def _drive(route: Route, res: RouteResult, expert_mode: bool, record_frames: bool, blocked_s: float,
-           frame_every_s: float, max_frames: int, max_deviation_m: float, fallback=None, camera=None):
+           frame_every_s: float, max_frames: int, max_deviation_m: float, fallback=None, camera=None, on_replan=None):
     """Generator: drives `route` into `res`; yields the Scene whenever it needs a plan and expects the planner's
     checked Plan via `.send()`. The expert (world autopilot) never yields."""
     make_world, observe_world, route_progress, route_length, route_completed, geo = _world_api()
@@ -276,6 +276,8 @@ def _drive(route: Route, res: RouteResult, expert_mode: bool, record_frames: boo
     tick = 0
     while True:
         if tick % REPLAN_EVERY == 0 and not expert_mode:
+            if on_replan is not None:  # on-policy aggregation: the world as the planner left it, before it plans again
+                on_replan(route, world, state)
             scene = observe(world)
             command = scene.command
             raw = yield scene

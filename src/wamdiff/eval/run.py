@@ -44,7 +44,7 @@ class OpenLoopSettings:
     relative_to: str | dict | None = None  # open-loop reference: a planner name in `planners`, or its aggregate JSON
 
 
-def _progress(console: Console | None) -> Progress:
+def progress_bar(console: Console | None) -> Progress:
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                     console=console)
 
@@ -71,7 +71,7 @@ def evaluate_open(planners: dict[str, PlannerSpec], scenes: list, out: str | Pat
             raise ValueError(f"relative_to: {reference!r} is not one of the planners {order}")
         order = [reference, *[n for n in order if n != reference]]
     results, plans_by, rows_by, timings = {}, {}, {}, {}
-    with _progress(console) as prog:
+    with progress_bar(console) as prog:
         if ev is not None:  # 2.
             task = prog.add_task("reference planner", total=len(scenes))
             t0 = time.perf_counter()
@@ -168,7 +168,7 @@ def evaluate_closed(planners: dict[str, PlannerSpec], routes: list, out: str | P
     out = Path(out)
     built = {name: (make_planner(spec), fallback_planner(spec)) for name, spec in planners.items()}
     results = {}
-    with _progress(console) as prog:
+    with progress_bar(console) as prog:
         for name, spec in planners.items():
             planner, fallback = built[name]
             rs = routes[:model_routes] if spec.kind == "model" and model_routes is not None else routes
