@@ -142,3 +142,24 @@ def test_lockstep_equals_sequential_reference_planner():
     routes, planner = _short_dev_routes()[:2], ReferencePlanner()
     sequential = [run_route(planner, r) for r in routes]
     assert [_comparable(r) for r in run_routes(planner, routes)] == [_comparable(r) for r in sequential]
+
+
+def test_intervals_match_published_values():
+    from wamdiff.eval.intervals import mean_ci95, wilson_ci95
+
+    lo, hi = wilson_ci95(0, 10)  # Wilson score interval, z = 1.96 (e.g. Newcombe 1998, table I)
+    assert lo == 0.0 and abs(hi - 0.2775) < 5e-4
+    lo, hi = wilson_ci95(5, 10)
+    assert abs(lo - 0.2366) < 5e-4 and abs(hi - 0.7634) < 5e-4
+    lo, hi = mean_ci95([1.0, 2.0, 3.0, 4.0])  # mean 2.5, sd 1.291, se 0.6455
+    assert abs((hi - lo) / 2 - 1.959964 * 1.2909944 / 2) < 1e-6
+
+
+def test_balanced_route_subset():
+    from wamdiff.eval.closedloop import route_set
+
+    sub = route_set("full", per_family=10)
+    assert len(sub) == 40 and {r.family for r in sub} == {"highway", "merge", "roundabout", "intersection"}
+    assert all(sum(r.family == f for r in sub) == 10 for f in {r.family for r in sub})
+    full = route_set("full")
+    assert all(r in full for r in sub)  # the first 10 of each family of the full set

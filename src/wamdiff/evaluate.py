@@ -19,17 +19,19 @@ from dataclasses import replace
 EVAL_VERSION = "eval-run/2 (failures score as failures)"
 
 
-def stage_open(p) -> dict:
-    """PDMS + open-loop metrics of every planner from one set of plans per planner (`eval.run.evaluate_open`)."""
+def stage_open(p, variant: str | None = None) -> dict:
+    """PDMS + open-loop metrics of every planner from one set of plans per planner (`eval.run.evaluate_open`), on
+    the test split, or on the test scenes of an unseen traffic variant (`data.variants`)."""
     from wamdiff.eval.data import load_scenes
     from wamdiff.eval.pdms import PDMSConfig
     from wamdiff.eval.run import OpenLoopSettings, evaluate_open
 
     ev_cfg = p.cfg["evaluate"]
-    out = p.out / "eval"
-    scenes, problems = load_scenes(p.data_dir / "scenes", split="test", limit=ev_cfg.get("test_limit"))
+    out = p.out / ("eval" if variant is None else f"eval_variant_{variant}")
+    data = p.data_dir if variant is None else p.variant_dir(variant)
+    scenes, problems = load_scenes(data / "scenes", split="test", limit=ev_cfg.get("test_limit"))
     if not scenes:
-        raise ValueError(f"{p.data_dir / 'scenes'}: no test scenes to evaluate")
+        raise ValueError(f"{data / 'scenes'}: no test scenes to evaluate")
     settings = OpenLoopSettings(pdms=PDMSConfig(reference_cache=str(out / "reference_cache")),
                                 plots=int(ev_cfg.get("bev_plots", 4)))
     return {"planners": evaluate_open(p.planners(), scenes, out, settings, unreadable=problems),
@@ -42,7 +44,7 @@ def stage_closed(p) -> dict:
     from wamdiff.eval.run import evaluate_closed
 
     cl = p.cfg["evaluate"].get("closedloop", {})
-    routes = route_set(cl.get("routes", "dev"))[: cl.get("limit")]
+    routes = route_set(cl.get("routes", "dev"), per_family=cl.get("per_family"))[: cl.get("limit")]
     n_model = int(cl.get("model_routes", len(routes)))
     return {"planners": evaluate_closed(p.planners(), routes, p.out / "eval", model_routes=n_model,
                                         route_set=cl.get("routes", "dev"))}
@@ -106,6 +108,11 @@ def run_evaluation(p, run_stage) -> dict:
     ev = {"evaluate": p.cfg["evaluate"], "checkpoints": p.cfg.get("checkpoints")}  # what the results depend on
     planned = {**ev, "version": EVAL_VERSION}  # stages that score plans
     results = {"open": run_stage(p, "eval_open", lambda: stage_open(p), settings=planned)}
+    variants = p.cfg["data"].get("variants") or {}
+    if p.cfg["evaluate"].get("variants") and variants:
+        results["open_variants"] = {
+            name: run_stage(p, f"eval_open_{name}", lambda name=name: stage_open(p, name),
+                            settings={**planned, "variant": variants[name]}) for name in variants}
     if p.cfg["evaluate"].get("closedloop"):
         results["closed"] = run_stage(p, "eval_closed", lambda: stage_closed(p), settings=planned)
     results["qa"] = run_stage(p, "eval_qa", lambda: stage_qa(p), settings=planned)

@@ -58,6 +58,23 @@ class Pipeline:
     def data_dir(self) -> Path:
         return self.out / "data"
 
+    def format_dir(self, fmt: str | None = None) -> Path:
+        """The dataset whose answers are in `fmt`: the main one (`data.fmt`), or `data_<fmt>` beside it for one of
+        `data.formats` (same scenes, linked; only the answer text differs)."""
+        if fmt is None or fmt == self.cfg["data"].get("fmt", "text2"):
+            return self.data_dir
+        if fmt not in (self.cfg["data"].get("formats") or []):
+            raise ValueError(f"{self.config_path}: answer format {fmt!r} is neither data.fmt nor in data.formats")
+        return self.out / f"data_{fmt}"
+
+    def variant_dir(self, name: str) -> Path:
+        """Test scenes of an unseen traffic variant (`data.variants.<name>`: world settings other than training's)."""
+        return self.out / f"data_variant_{name}"
+
+    def stage_format(self, stage: str) -> str:
+        train = {s["name"]: s for s in self.cfg.get("train") or []}
+        return (train.get(stage) or {}).get("fmt") or self.cfg["data"].get("fmt", "text2")
+
     def stage_file(self, name: str) -> Path:
         return self.out / "stages" / f"{name}.json"
 
@@ -76,7 +93,7 @@ class Pipeline:
         if not spec.startswith("stage:"):
             return PlannerSpec.parse(spec)
         stage, *items = spec.split(":", 1)[1].split(",")
-        options = {"fmt": self.cfg["data"].get("fmt", "text2"), **self.cfg.get("evaluate", {}).get("decode", {}),
+        options = {"fmt": self.stage_format(stage), **self.cfg.get("evaluate", {}).get("decode", {}),
                    **split_options(spec, items)}
         if not self.is_diffusion_stage(stage):
             options["mode"] = "ar"
@@ -92,7 +109,7 @@ class Pipeline:
         shipped checkpoint's saved diffusion settings."""
         from wamdiff.training.config import RecipeKind, read_recipe_yaml  # noqa: PLC0415
 
-        train = {s["name"]: s for s in self.cfg.get("train") or []}
+        train = {s["name"]: s for s in self.cfg.get("train") or [] if "recipe" in s}
         if stage in train:
             kind = (train[stage].get("set") or {}).get("kind") or read_recipe_yaml(train[stage]["recipe"]).get("kind")
             return RecipeKind(kind or RecipeKind.AR_SFT).diffusion
@@ -132,15 +149,47 @@ def _log(p: Pipeline, line: str) -> None:
 
 # ------------------------------------------------------------------------------------------ stages
 def stage_data(p: Pipeline, splits: tuple[str, ...] = ("train", "val", "test")) -> dict:
+    """The dataset in `data.fmt`; the same scenes in each of `data.formats` (`format_dir`); for each of
+    `data.variants` a test split simulated with other world settings (`variant_dir`)."""
+    import os
+    import shutil
+
     from wamdiff.driving.dataset import generate_dataset
 
     d = p.cfg["data"]
+    common = dict(families=d["families"], workers=int(d.get("workers", 2)))
     stats = {}
     for split in splits:
         n = int(d["per_family"][split])
-        stats[split] = generate_dataset(p.data_dir, families=d["families"], split=split, n=n,
-                                        workers=int(d.get("workers", 2)), fmt=d.get("fmt", "text2"))
+        stats[split] = generate_dataset(p.data_dir, split=split, n=n, fmt=d.get("fmt", "text2"), **common)
+    for fmt in d.get("formats") or []:
+        other = p.format_dir(fmt)
+        other.mkdir(parents=True, exist_ok=True)
+        if not (other / "scenes").exists():
+            os.symlink(os.path.relpath(p.data_dir / "scenes", other), other / "scenes")
+        for drops in p.data_dir.glob("drops_*.jsonl"):
+            shutil.copyfile(drops, other / drops.name)
+        for split in splits:  # every scene is there already: this writes the answer files in `fmt`
+            generate_dataset(other, split=split, n=int(d["per_family"][split]), fmt=fmt, progress=False, **common)
+    for name, world in (d.get("variants") or {}).items():
+        n = int(world.get("per_family", d["per_family"]["test"]))
+        cfg = {k: v for k, v in world.items() if k != "per_family"}
+        stats[f"variant_{name}"] = generate_dataset(p.variant_dir(name), split="test", n=n, fmt=d.get("fmt", "text2"),
+                                                    **common, **cfg)
     return {"splits": stats}
+
+
+def stage_aggregate(p: Pipeline, spec: dict) -> dict:
+    """One on-policy aggregation round (`eval.aggregation`): the stage `aggregate.planner` drives training routes,
+    the expert labels what it visited; later stages with `agg` in their spec train on it."""
+    from wamdiff.eval.aggregation import AggregationRound, aggregate_round
+
+    a = dict(spec["aggregate"])
+    planner = p.planner("stage:" + a.pop("planner"))
+    settings = AggregationRound(round=int(a.pop("round")), **{k: int(v) for k, v in a.items()})
+    fmt = planner.fmt
+    entry = aggregate_round(planner, p.format_dir(fmt), settings, fmt)
+    return {"labelled": entry["labelled"], "families": entry["families"]}
 
 
 def stage_train(p: Pipeline, spec: dict) -> dict:
@@ -148,18 +197,21 @@ def stage_train(p: Pipeline, spec: dict) -> dict:
 
     name = spec["name"]
     out_dir = p.out / "ckpt" / name
+    data = p.format_dir(spec.get("fmt"))
     qa_weight = float(p.cfg["data"].get("qa_weight", 0.0))
-    sources = [{"path": str(p.data_dir / "train.json"), "weight": 1.0}]
+    sources = [{"path": str(data / "train.json"), "weight": 1.0}]
     if qa_weight > 0:
-        sources.append({"path": str(p.data_dir / "train_qa.json"), "weight": qa_weight})
+        sources.append({"path": str(data / "train_qa.json"), "weight": qa_weight})
+    if spec.get("agg"):  # on-policy scenes of the aggregation rounds so far, at this share of the driving data
+        sources.append({"path": str(data / "agg.json"), "weight": float(spec["agg"])})
     overrides = {
         "name": name,
         "output_dir": str(out_dir),
         "seed": int(p.cfg.get("seed", 0)),
         "threads": p.cfg.get("threads"),
         "data.train": sources,
-        "data.val": str(p.data_dir / "val.json"),
-        "eval.qa.path": str(p.data_dir / "val_qa.json"),
+        "data.val": str(data / "val.json"),
+        "eval.qa.path": str(data / "val_qa.json"),
     }
     if "init" in spec:
         overrides["model.init"] = str(p.checkpoint(spec["init"]))
@@ -200,7 +252,8 @@ def run_pipeline(config: str | Path, train_only: bool = False, stages: list[str]
         raise ValueError(f"{config}: no training stage named {sorted(unknown)}")
     for spec in training_stages(p):
         if stages is None or spec["name"] in stages:
-            run_stage(p, spec["name"], lambda spec=spec: stage_train(p, spec), settings=spec)
+            fn = stage_aggregate if "aggregate" in spec else stage_train
+            run_stage(p, spec["name"], lambda spec=spec, fn=fn: fn(p, spec), settings=spec)
     if train_only or stages is not None:
         return {}
     results = run_evaluation(p, run_stage)

@@ -19,11 +19,12 @@ from rich.table import Table
 from wamdiff.jsonfile import write_json
 
 COLUMNS = [  # (key, header, format)
-    ("pdms", "PDMS", "{:.1f}"), ("nc", "NC", "{:.3f}"), ("dac", "DAC", "{:.3f}"), ("ttc", "TTC", "{:.3f}"),
+    ("pdms", "PDMS", "{:.1f}"), ("pdms_ci", "± 95 %", "{:.1f}"), ("nc", "NC", "{:.3f}"), ("dac", "DAC", "{:.3f}"), ("ttc", "TTC", "{:.3f}"),
     ("ep", "EP", "{:.3f}"), ("c", "C", "{:.3f}"),
     ("l2_1s", "L2@1s", "{:.2f}"), ("l2_2s", "L2@2s", "{:.2f}"), ("l2_3s", "L2@3s", "{:.2f}"), ("l2_4s", "L2@4s", "{:.2f}"),
     ("failed", "failed plans %", "{:.1f}"), ("fallback", "fallback plans", "{:d}"),
-    ("cl_success", "CL success %", "{:.0f}"), ("cl_ds", "CL DS", "{:.1f}"), ("cl_routes", "CL routes", "{:d}"),
+    ("cl_success", "CL success %", "{:.0f}"), ("cl_ci", "CL 95 % CI", "{}"), ("cl_ds", "CL DS", "{:.1f}"),
+    ("cl_routes", "CL routes", "{:d}"),
     ("tok_s", "tok/s", "{:.0f}"), ("ms_token", "ms/token", "{:.2f}"), ("tpf", "TPF", "{:.2f}"),
     ("speed_vs_ar", "× AR", "{:.2f}"), ("qa", "QA acc %", "{:.1f}"),
 ]
@@ -53,6 +54,8 @@ def table_rows(p, results: dict) -> list[dict]:
         row = {
             "planner": name, "spec": spec.text,
             "pdms": None if pd.get("pdms") is None else 100 * pd["pdms"],
+            "pdms_ci": _half_width(pd.get("pdms_ci95"), 100),
+            "cl_ci": None if not c.get("success_rate_ci95") else "{:.0f}–{:.0f}".format(*(100 * x for x in c["success_rate_ci95"])),
             **{k: pd.get(k) for k in ("nc", "dac", "ttc", "ep", "c")},
             **{f"l2_{s}s": ol.get(f"l2_{s}.0s") for s in (1, 2, 3, 4)},
             "failed": None if ol.get("failure_rate") is None else 100 * ol["failure_rate"],
@@ -63,6 +66,12 @@ def table_rows(p, results: dict) -> list[dict]:
             "speed_vs_ar": (dec["tok_s"] / ar_tok_s) if dec.get("tok_s") and ar_tok_s else None,
             "qa": None if qa is None else 100 * qa,
         }
+        for variant, res in (results.get("open_variants") or {}).items():  # unseen traffic: PDMS and L2@4s
+            v = _get(res, "planners", name) or {}
+            vp, vl = _get(v, "pdms", "overall") or {}, _get(v, "openloop", "overall") or {}
+            row[f"pdms_{variant}"] = None if vp.get("pdms") is None else 100 * vp["pdms"]
+            row[f"c_{variant}"] = vp.get("c")
+            row[f"l2_4s_{variant}"] = vl.get("l2_4.0s")
         rows.append(row)
     return rows
 
@@ -87,9 +96,18 @@ def _fmt(v, f: str) -> str:
         return str(v)
 
 
+def _half_width(ci, scale: float = 1.0) -> float | None:
+    return None if not ci else scale * (ci[1] - ci[0]) / 2
+
+
 def columns(rows: list[dict]) -> list[tuple]:
-    """The COLUMNS shown: the fallback count only where some planner opted in to a fallback."""
-    return [c for c in COLUMNS if c[0] != "fallback" or any(r.get("fallback") is not None for r in rows)]
+    """The COLUMNS shown (the fallback count only where some planner opted in to a fallback), then each unseen
+    traffic variant's PDMS, C and L2@4s."""
+    cols = [c for c in COLUMNS if c[0] != "fallback" or any(r.get("fallback") is not None for r in rows)]
+    variants = [k[5:] for k in (rows[0] if rows else {}) if k.startswith("pdms_") and k not in ("pdms_ci",)]
+    for v in variants:
+        cols += [(f"pdms_{v}", f"PDMS {v}", "{:.1f}"), (f"c_{v}", f"C {v}", "{:.3f}"), (f"l2_4s_{v}", f"L2@4s {v}", "{:.2f}")]
+    return cols
 
 
 def print_table(rows: list[dict], console: Console | None = None) -> None:
@@ -143,7 +161,7 @@ def write_report(p, results: dict) -> Path:
     rows = table_rows(p, results)
     print_table(rows)
     with open(out / "summary.csv", "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=["planner", "spec", *[k for k, _, _ in COLUMNS]])
+        w = csv.DictWriter(fh, fieldnames=["planner", "spec", *[k for k, _, _ in columns(rows)]], extrasaction="ignore")
         w.writeheader()
         w.writerows(rows)
     write_json(out / "summary.json", {"rows": rows, "provenance": provenance(), "results": results})

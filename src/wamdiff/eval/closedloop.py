@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .intervals import mean_ci95, wilson_ci95
 from .pdms.comfort import comfort_checks
 from .pdms.geometry import convex_intersect
 from .pdms.tracker import NUM_STATES, BatchLQRTracker, headings_from_xy, interpolate_plan, propagate
@@ -57,9 +58,10 @@ class Route:
     timeout_s: float | None = None  # None: from the route length
 
 
-def route_set(name: str = "dev", families: list[str] | None = None) -> list[Route]:
+def route_set(name: str = "dev", families: list[str] | None = None, per_family: int | None = None) -> list[Route]:
     """The fixed, seeded route sets: "dev" = each family's `dev_routes` (10 over the four default families, for CI),
-    "full" = 25 per family. A family's seeds follow its place in the registry."""
+    "full" = 25 per family. A family's seeds follow its place in the registry. `per_family` keeps the first that
+    many routes of each family (a balanced subset: e.g. 10 per family = 40 routes)."""
     from wamdiff.driving.world import FAMILIES, FAMILY_REGISTRY
 
     fams = [f for f in FAMILIES if not families or f in families]
@@ -71,6 +73,10 @@ def route_set(name: str = "dev", families: list[str] | None = None) -> list[Rout
         counts = {f: FULL_PER_FAMILY for f in fams}
     else:
         raise ValueError(f"unknown route set {name!r}: use dev or full")
+    if per_family is not None:
+        if per_family < 1:
+            raise ValueError(f"per_family must be at least 1, got {per_family}")
+        counts = {f: min(c, per_family) for f, c in counts.items()}
     return [Route(f"{f}_{i:03d}", f, SEED_BASE + 1000 * FAMILIES.index(f) + i) for f in fams for i in range(counts[f])]
 
 
@@ -476,6 +482,8 @@ def aggregate_routes(results: list[RouteResult]) -> dict:
         return {
             "n": n,
             "success_rate": float(np.mean([r.success for r in rs])) if n else None,
+            "success_rate_ci95": wilson_ci95(sum(r.success for r in rs), n),
+            "driving_score_ci95": mean_ci95([r.driving_score for r in rs]),
             "route_completion": float(np.mean([r.completion for r in rs])) if n else None,
             "driving_score": float(np.sum([r.driving_score for r in rs]) / n) if n else None,  # failed routes count 0+
             "efficiency": float(np.mean(eff)) if eff else None,

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from wamdiff.eval.intervals import mean_ci95
+
 from .pdms.geometry import convex_intersect
 from .pdms.tracker import headings_from_xy
 from .pdms.vehicle import box_corners, scene_vehicle
@@ -73,6 +75,8 @@ def aggregate_openloop(rows: list[dict], reference: dict | None = None) -> dict:
         for k in KEYS:
             out[k] = float(np.mean([r[k] for r in scored])) if scored else None
             out[f"own_{k}"] = float(np.mean([r[k] for r in own])) if own else None
+        out["l2_4.0s_ci95"] = mean_ci95([r["l2_4.0s"] for r in scored])
+        out["ade_ci95"] = mean_ci95([r["ade"] for r in scored])
         mean_fw = [r["forwards"] for r in rs if r["forwards"]]
         out["mean_forwards"] = float(np.mean(mean_fw)) if mean_fw else None
         return out

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from wamdiff.eval.intervals import mean_ci95
+
 from .reference import IDMParams, ReferencePlan, plan_reference
 from .scene_data import AgentTracks, SceneMapIndex
 from .scorer import ScoreConfig, combine, combine_epdms, score_states
@@ -216,6 +218,8 @@ def aggregate(rows: list[dict], epdms: bool = False, config: PDMSConfig | None =
             out[k] = float(np.mean(vals)) if vals else None
         own = [r["pdms"] for r in valid if r["plan_ok"] and r.get("pdms") is not None]
         out["pdms_own_plans"] = float(np.mean(own)) if own else None  # over the planner's own plans only
+        out["pdms_ci95"] = mean_ci95([r.get("pdms") for r in valid])
+        out["c_ci95"] = mean_ci95([r.get("c") for r in valid])
         return out
 
     families = sorted({r["family"] for r in rows})

@@ -1,0 +1,35 @@
+"""95 % confidence intervals for the headline figures, so a table says when two rows are not separated.
+
+- `mean_ci95`: a mean over scenes or routes (PDMS, a sub-score, L2, driving score), normal approximation
+  (1.96 standard errors; the samples are per-scene scores of one planner, n >= 40 in every report);
+- `wilson_ci95`: a success rate k / n (Wilson score interval: honest at 0 %, 100 % and small n, where the normal
+  approximation gives impossible bounds).
+Both return [low, high] (a list: it survives a JSON round trip unchanged), or None when there is nothing to average.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+Z95 = 1.959964
+
+
+def mean_ci95(values) -> list[float] | None:
+    v = np.asarray([x for x in values if x is not None], float)
+    if not len(v):
+        return None
+    half = Z95 * float(v.std(ddof=1)) / math.sqrt(len(v)) if len(v) > 1 else float("inf")
+    m = float(v.mean())
+    return [m - half, m + half]
+
+
+def wilson_ci95(k: int, n: int) -> list[float] | None:
+    if n <= 0:
+        return None
+    p = k / n
+    denom = 1 + Z95**2 / n
+    centre = (p + Z95**2 / (2 * n)) / denom
+    half = Z95 * math.sqrt(p * (1 - p) / n + Z95**2 / (4 * n * n)) / denom
+    return [max(0.0, centre - half), min(1.0, centre + half)]
