@@ -13,6 +13,7 @@ import math
 import shutil
 from pathlib import Path
 
+import numpy as np
 from rich.console import Console
 from rich.table import Table
 
@@ -152,6 +153,45 @@ def plot_l2_horizon(results: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def plot_quality_rows(rows: list[dict], results: dict, path: Path) -> Path | None:
+    """Per planner: PDMS with its 95 % interval, comfort, L2@4s and closed-loop success with its Wilson interval,
+    side by side, so a reader sees which rows the intervals separate."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in rows if r.get("pdms") is not None]
+    if not rows:
+        return None
+    open_ = _get(results, "open", "planners") or {}
+    closed = _get(results, "closed", "planners") or {}
+    names = [r["planner"] for r in rows]
+    y = list(range(len(rows)))[::-1]
+    fig, axes = plt.subplots(1, 4, figsize=(15, 0.45 * len(rows) + 1.5), sharey=True)
+
+    def bars(ax, values, cis, title, scale=1.0):
+        v = [np.nan if x is None else x for x in values]
+        err = [[(vi - lo * scale) if ci else 0 for vi, ci, (lo, _) in zip(v, cis, [c or (0, 0) for c in cis])],
+               [(hi * scale - vi) if ci else 0 for vi, ci, (_, hi) in zip(v, cis, [c or (0, 0) for c in cis])]]
+        ax.barh(y, v, xerr=err, color="tab:blue", alpha=0.7, capsize=2)
+        ax.set_title(title, fontsize=9)
+        ax.grid(axis="x", alpha=0.3)
+
+    pd_ci = [_get(open_, n, "pdms", "overall", "pdms_ci95") for n in names]
+    bars(axes[0], [r["pdms"] for r in rows], pd_ci, "PDMS (95 % CI)", 100.0)
+    bars(axes[1], [r.get("c") for r in rows], [_get(open_, n, "pdms", "overall", "c_ci95") for n in names], "comfort C")
+    bars(axes[2], [r.get("l2_4s") for r in rows], [_get(open_, n, "openloop", "overall", "l2_4.0s_ci95") for n in names],
+         "L2@4s [m] (95 % CI)")
+    bars(axes[3], [r.get("cl_success") for r in rows], [_get(closed, n, "overall", "success_rate_ci95") for n in names],
+         "closed-loop success % (Wilson 95 %)", 100.0)
+    axes[0].set_yticks(y, names, fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 # ------------------------------------------------------------------------------------------ report
 def write_report(p, results: dict) -> Path:
     from wamdiff.provenance import provenance
@@ -166,6 +206,7 @@ def write_report(p, results: dict) -> Path:
         w.writerows(rows)
     write_json(out / "summary.json", {"rows": rows, "provenance": provenance(), "results": results})
     plot_l2_horizon(results, out / "l2_horizon.png")
+    quality_png = plot_quality_rows(rows, results, out / "quality_intervals.png")
     bevs = []
     for bev in sorted((p.out / "eval" / "bev").glob("*.png")):  # drawn by the evaluation (eval.run)
         bevs.append(out / f"bev_{bev.name}")
@@ -204,6 +245,8 @@ def write_report(p, results: dict) -> Path:
         lines += ["## Every training level, from the full pipeline run (recorded, not re-run here)", "",
                   f"From `{recorded}` (see `checkpoints/PROVENANCE.json` for the config and commit).", "",
                   markdown_table([{k: _num(v) for k, v in r.items()} for r in rec]), ""]
+    if quality_png:
+        lines += ["## Which rows the intervals separate", "", "![quality with 95 % intervals](quality_intervals.png)", ""]
     lines += ["## L2 over the horizon", "", "![l2](l2_horizon.png)", ""]
     if bevs:
         lines += ["## Example scenes (BEV)", ""] + [f"![{b.stem}]({b.name})" for b in bevs] + [""]
