@@ -30,3 +30,21 @@ def test_stage_reruns_only_when_its_settings_change(tmp_path):
     legacy = p.stage_file("old")
     legacy.write_text('{"value": 7}')  # written before fingerprints existed: counts as done
     assert run_stage(p, "old", fn, settings={"a": 3})["value"] == 7 and len(calls) == 2
+
+
+def test_config_base_merges_and_extends(tmp_path):
+    from wamdiff.pipeline import _read_config
+
+    (tmp_path / "base.yaml").write_text("out: runs/x\ndata: {fmt: delta, per_family: {train: 10}}\n"
+                                        "train: [{name: a}]\nevaluate: {planners: {expert: expert}}\n")
+    (tmp_path / "study.yaml").write_text("base: base.yaml\ndata: {per_family: {train: 20}}\ntrain_extra: [{name: b}]\n"
+                                         "evaluate: {planners_extra: {cv: cv}}\n")
+    cfg = _read_config(tmp_path / "study.yaml")
+    assert cfg["data"] == {"fmt": "delta", "per_family": {"train": 20}}
+    assert [s["name"] for s in cfg["train"]] == ["a", "b"]
+    assert cfg["evaluate"]["planners"] == {"expert": "expert", "cv": "cv"}
+    (tmp_path / "bad.yaml").write_text("base: base.yaml\nseed_extra: [1]\n")
+    import pytest
+
+    with pytest.raises(ValueError, match="seed_extra"):
+        _read_config(tmp_path / "bad.yaml")

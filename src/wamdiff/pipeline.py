@@ -37,10 +37,7 @@ class Pipeline:
         path = Path(path)
         if not path.is_file():
             raise ValueError(f"{path}: pipeline config not found")
-        try:
-            cfg = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as err:
-            raise ValueError(f"{path}: not valid YAML ({err})") from err
+        cfg = _read_config(path)
         for key in ("out", "data"):
             if key not in cfg:
                 raise ValueError(f"{path}: missing top-level field '{key}'")
@@ -117,6 +114,39 @@ class Pipeline:
         if not config.is_file():
             raise ValueError(f"{self.config_path}: stage {stage!r} is neither a training stage nor a checkpoint ({config})")
         return "diffusion" in json.loads(config.read_text())
+
+
+def _read_config(path: Path) -> dict:
+    """A pipeline YAML; with `base: other.yaml` (relative to it) the base's settings with this file's on top:
+    mappings merge key by key, and a key `X_extra` appends its items to the base's list or mapping `X`
+    (a study adds training stages and report rows to the default pipeline without copying it)."""
+    try:
+        cfg = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ValueError(f"{path}: not valid YAML ({err})") from err
+    base = cfg.pop("base", None)
+    if base is None:
+        return cfg
+    return _merge(_read_config((path.parent / base).resolve()), cfg, str(path))
+
+
+def _merge(base: dict, over: dict, where: str) -> dict:
+    out = dict(base)
+    for key, value in over.items():
+        if key.endswith("_extra"):
+            target = key[: -len("_extra")]
+            have = out.get(target)
+            if isinstance(have, list) and isinstance(value, list):
+                out[target] = have + value
+            elif isinstance(have, dict) and isinstance(value, dict):
+                out[target] = {**have, **value}
+            else:
+                raise ValueError(f"{where}: {key} extends {target!r}, which the base does not have as a list or mapping")
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value, where)
+        else:
+            out[key] = value
+    return out
 
 
 def run_stage(p: Pipeline, name: str, fn: Callable[[], dict], settings=None) -> dict:
