@@ -105,7 +105,7 @@ def stage_qa(p) -> dict:
 
     from wamdiff.decoding import DecodeConfig, generate
     from wamdiff.eval.planners import parse_flag
-    from wamdiff.models import is_vision_model, load_image_processor, load_model
+    from wamdiff.models import image_processor_for, is_vision_model, load_model
     from wamdiff.training.data import load_examples
     from wamdiff.training.evaluation import normalise_answer
 
@@ -118,7 +118,7 @@ def stage_qa(p) -> dict:
         model, tok = load_model(p.checkpoint(stage))
         vision = bool(is_vision_model(model))
         examples = load_examples(p.data_dir / "test_qa.json", tok, vision=vision, limit=limit,
-                                 image_processor=load_image_processor(p.checkpoint(stage)) if vision else None)
+                                 image_processor=image_processor_for(model))
         cfg = (DecodeConfig(mode="ar", max_new_tokens=32) if dec.get("mode") == "ar" else
                DecodeConfig(mode="block", block_size=int(dec.get("block", 32)), threshold=float(dec.get("threshold", 0.9)),
                             max_steps_per_block=int(dec.get("steps", 32)), max_new_tokens=32,

@@ -76,7 +76,7 @@ class BenchGrid:
 
 
 # ------------------------------------------------------------------------------------------------ prompts
-def load_wamdiff2_json(path: Path, tokenizer, *, vision: bool, limit: int | None = None):
+def load_wamdiff2_json(path: Path, tokenizer, *, vision: bool, limit: int | None = None, image_processor=None):
     """Prompts (and expert answers) from a WAM-Diff2 LLaVA-style JSON: a list of records with `conversations`
     ([{from: human, value}, {from: gpt, value}, ...]) and `image` (a path or a list of paths, relative to the
     file's folder). Returns (prompts, expert answer texts or None)."""
@@ -105,14 +105,14 @@ def load_wamdiff2_json(path: Path, tokenizer, *, vision: bool, limit: int | None
                 pil.append(Image.open(full).convert("RGB"))
             except OSError as err:
                 raise ValueError(f"{path}: sample {i}: field 'image': cannot open {full} ({err})") from err
-        prompts.append(encode_prompt(tokenizer, conv[0]["value"], pil if vision else [], vision=vision))
+        prompts.append(encode_prompt(tokenizer, conv[0]["value"], pil if vision else [], vision=vision, image_processor=image_processor))
         gpt = [t["value"] for t in conv[1:] if t.get("from") == "gpt"]
         answers.append(gpt[0] if gpt else None)
     return prompts, (answers if any(a is not None for a in answers) else None)
 
 
-def synthetic_prompts(tokenizer, n: int, *, vision: bool, seed: int = 0):
-    """Driving-style prompts with random 64x64 images (vision) built with the project's processor."""
+def synthetic_prompts(tokenizer, n: int, *, vision: bool, seed: int = 0, image_processor=None):
+    """Driving-style prompts with random 64x64 images (vision) encoded with the model's image processor."""
     import numpy as np
 
     from wamdiff.models import encode_prompt
@@ -129,7 +129,7 @@ def synthetic_prompts(tokenizer, n: int, *, vision: bool, seed: int = 0):
             "Instruction: predict the optimal driving action for the next 4 seconds with 8 new waypoints."
         )
         imgs = [rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)] if vision else []
-        out.append(encode_prompt(tokenizer, text, imgs, vision=vision))
+        out.append(encode_prompt(tokenizer, text, imgs, vision=vision, image_processor=image_processor))
     return out
 
 
@@ -415,7 +415,7 @@ def paired_bench(*, ar_checkpoint, diffusion_checkpoint, data=None, out, setting
     """Pipeline entry: the AR checkpoint (AR decoding) vs the diffusion checkpoint (block decoding) on the same
     prompts (from a WAM-Diff2 JSON, else synthetic). Writes bench.json / bench.png / bench.md under `out`;
     returns the result with `plot` (PNG path) and `markdown` (tables) added."""
-    from wamdiff.models import is_vision_model, load_model
+    from wamdiff.models import image_processor_for, is_vision_model, load_model
 
     st = dict(settings or {})
     if st.get("threads"):
@@ -426,9 +426,9 @@ def paired_bench(*, ar_checkpoint, diffusion_checkpoint, data=None, out, setting
     n = int(st.get("prompts", 8))
     expert = None
     if data is not None and Path(data).exists():
-        prompts, expert = load_wamdiff2_json(Path(data), tok, vision=vision, limit=n)
+        prompts, expert = load_wamdiff2_json(Path(data), tok, vision=vision, limit=n, image_processor=image_processor_for(model))
     else:
-        prompts = synthetic_prompts(tok, n, vision=vision)
+        prompts = synthetic_prompts(tok, n, vision=vision, image_processor=image_processor_for(model))
     grid = BenchGrid(
         batch_sizes=list(st.get("batch_sizes", [1, 8])), block_sizes=list(st.get("block_sizes", [4, 8, 16, 32])),
         thresholds=list(st.get("thresholds", [0.7, 0.8, 0.9, 0.95])), dtypes=list(st.get("dtypes", ["fp32", "bf16"])),

@@ -158,12 +158,12 @@ class ModelPlanner:
 
     def _load(self):
         if self._model is None:
-            from wamdiff.models import is_vision_model, load_image_processor, load_model
+            from wamdiff.models import image_processor_for, is_vision_model, load_model
 
             self._model, self._tokenizer = load_model(self.checkpoint)
             self._model.eval()
             self._vision = bool(is_vision_model(self._model))
-            self._image_processor = load_image_processor(self.checkpoint) if self._vision else None
+            self._image_processor = image_processor_for(self._model)
         return self._model, self._tokenizer
 
     def decode_config(self):

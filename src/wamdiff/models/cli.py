@@ -44,11 +44,11 @@ def convert(
     out: Path = typer.Option(..., help="Output directory."),
 ) -> None:
     """Convert a checkpoint to block diffusion (settings in its config; weights unchanged)."""
-    from wamdiff.models import load_image_processor, load_model, model_info, save_model, to_diffusion
+    from wamdiff.models import load_model, model_info, save_model, to_diffusion
 
     try:
-        model, tokenizer = load_model(src)
-        save_model(to_diffusion(model, block_size, tokenizer=tokenizer), tokenizer, out, load_image_processor(src))
+        model, tokenizer = load_model(src, dtype="auto")  # weights unchanged, dtype included
+        save_model(to_diffusion(model, block_size, tokenizer=tokenizer), tokenizer, out)  # + the source's image processor
     except ValueError as err:
         raise typer.BadParameter(str(err)) from err
     _show(model_info(out), f"converted {src} -> {out}")

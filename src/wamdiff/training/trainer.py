@@ -125,22 +125,21 @@ def _pad_token_id(tokenizer) -> int:
 
 def load_student(recipe: Recipe):
     """(model, tokenizer, image processor) from the recipe's init checkpoint or preset, at its block size."""
-    from wamdiff.models.build import build_image_processor, build_model, load_image_processor, load_model
+    from wamdiff.models.build import build_model, load_model
     from wamdiff.models.convert import to_diffusion
+    from wamdiff.models.image_geometry import image_processor_for
     from wamdiff.models.tokenizer import build_tokenizer
 
     if recipe.model.init:
         if not Path(recipe.model.init).exists():
             raise ValueError(f"recipe {recipe.name!r} field model.init: checkpoint {recipe.model.init} does not exist")
         model, tokenizer = load_model(recipe.model.init)
-        image_processor = load_image_processor(recipe.model.init)
     else:
         tokenizer = build_tokenizer()
         model = build_model(recipe.model.preset, tokenizer, vision=recipe.model.vision, seed=recipe.seed)
-        image_processor = build_image_processor()
     if recipe.kind != "ar_sft":
         model = to_diffusion(model, recipe.block_size)
-    return model, tokenizer, image_processor
+    return model, tokenizer, image_processor_for(model)
 
 
 def load_teacher(recipe: Recipe, tokenizer):
