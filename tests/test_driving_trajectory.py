@@ -105,3 +105,21 @@ def test_quantisation_floors_match_design():
     assert err["text2"] == pytest.approx(0.0038, abs=0.001)
     assert err["text1"] == pytest.approx(0.038, abs=0.006)
     assert err["bins"] == pytest.approx(0.143, abs=0.03)
+
+
+@pytest.mark.parametrize("fmt", ["fixed1", "fixed2", "bins"])
+def test_format_cells_spell_every_formatter_output(fmt):
+    """Each formatted answer is exactly one alternative per cell, in order (what the grammar varies)."""
+    from wamdiff.driving.trajectory import format_cells
+
+    cells = format_cells(fmt)
+    rng = np.random.default_rng(3)
+    for _ in range(100):
+        text = format_trajectory(np.stack([rng.uniform(-999, 999, 8), rng.uniform(-999, 999, 8)], 1), fmt)
+        for cell in cells:
+            hit = [a for a in cell if text.startswith(a)]
+            assert len(hit) == 1, (fmt, text[:20], cell[:3])
+            text = text[len(hit[0]):]
+        assert text == ""
+    with pytest.raises(ValueError, match="no fixed width"):
+        format_cells("text2")

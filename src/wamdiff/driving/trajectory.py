@@ -9,7 +9,8 @@ Formats (`FORMATS`), always x1,y1,...,x8,y8 in metres, ego frame:
 - `bins`: 16 dedicated tokens "<|bin_i|>", 256 uniform bins per axis (x in [-5, 120], y in [-30, 30]; a
   value is coded by the bin it falls in and decoded as the bin centre, values outside are clipped).
 `parse_trajectory` never raises: malformed, truncated, wrong-count or out-of-bounds text gives
-`ParsedTrajectory(ok=False, xy=None, reason=...)`.
+`ParsedTrajectory(ok=False, xy=None, reason=...)`. `format_cells` spells out the character structure of the
+fixed-width formats (what `wamdiff.decoding.grammar` turns into per-token sets for a given tokenizer).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 FORMATS = ("text2", "text1", "fixed1", "fixed2", "bins")
+FIXED_WIDTH_FORMATS = ("fixed1", "fixed2", "bins")
 N_POINTS = 8
 BINS = 256
 BIN_RANGE_X = (-5.0, 120.0)
@@ -77,6 +79,19 @@ def format_trajectory(xy, fmt: str = "text2") -> str:
             raise ValueError(f"{fmt}: |value| must be < 1000 m")
         return ",".join(f"{v:+0{5 + d}.{d}f}" for v in vals)
     return ",".join(f"{v:.{d}f}" for v in vals)
+
+
+def format_cells(fmt: str) -> list[tuple[str, ...]]:
+    """The cells of a fixed-width format, in order: each a tuple of the strings allowed there (one character,
+    or a whole bin token); every answer `format_trajectory` writes in `fmt` is one choice per cell.
+    ValueError for the variable-width text formats."""
+    if fmt == "bins":
+        return [tuple(bin_tokens())] * (2 * N_POINTS)
+    if fmt not in FIXED_WIDTH_FORMATS:
+        raise ValueError(f"trajectory format {fmt!r} has no fixed width (fixed-width formats: {FIXED_WIDTH_FORMATS})")
+    digits = tuple("0123456789")
+    number = [("+", "-"), digits, digits, digits, (".",), *[digits] * _DECIMALS[fmt]]
+    return number + [(",",), *number] * (2 * N_POINTS - 1)
 
 
 def parse_trajectory(text, fmt: str = "text2") -> ParsedTrajectory:
