@@ -2,7 +2,8 @@
 
 Reads top to bottom as the run goes:
   1. recipe -> Accelerator (bf16 autocast or fp32, DDP/FSDP/DeepSpeed from the launch config)
-  2. model (+ frozen teacher), tokenizer, encoded data, objective
+  2. model (+ frozen teacher) in the recipe's weight dtype, gradient checkpointing, LoRA adapters (`lora.py`),
+     tokenizer, encoded data, objective
   3. optimiser (separate LR for the vision tower), cosine schedule with warm-up
   4. resume: weights, optimiser, scheduler, RNG, data position from the last complete checkpoint
   5. loop: global batch -> noise (seeded by step) -> this process's rows -> micro-steps with gradient
@@ -25,7 +26,9 @@ from typing import Callable
 
 import torch
 
+from wamdiff.models.precision import cpu_has_fast_bf16, needs_fp32_compute, restore_stored_weights, upcast_frozen_weights
 from wamdiff.training import checkpoint as ckpt
+from wamdiff.training import lora as lora_
 from wamdiff.training.config import Recipe, load_recipe
 from wamdiff.training.data import Batch, MixtureSampler, collate, load_examples
 from wamdiff.training.metrics import MetricsLogger, read_metrics_csv, write_json
@@ -92,15 +95,6 @@ def make_optimizer(model, o) -> torch.optim.Optimizer:
         return torch.optim.AdamW(groups, lr=o.lr, betas=o.betas, eps=o.eps)
 
 
-def cpu_has_fast_bf16() -> bool:
-    """bf16 autocast only pays on CPUs with native bf16 dot products (emulated bf16 is slower than fp32)."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return True  # not Linux: let autocast decide
-    return any(f in flags for f in ("avx512_bf16", "amx_bf16"))
-
-
 def step_generator(seed: int, step: int, salt: int = 0) -> torch.Generator:
     return torch.Generator().manual_seed((seed * 1_000_003 + step * 7_919 + salt) % (2**63 - 1))
 
@@ -123,8 +117,12 @@ def _pad_token_id(tokenizer) -> int:
 # ------------------------------------------------------------------------------------------------ models
 
 
+WEIGHT_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
 def load_student(recipe: Recipe):
-    """(model, tokenizer, image processor) from the recipe's init checkpoint or preset, at its block size."""
+    """(model, tokenizer, image processor) from the recipe's init checkpoint or preset, at its block size, with
+    weights in `model.dtype`."""
     from wamdiff.models.build import build_model, load_model
     from wamdiff.models.convert import to_diffusion
     from wamdiff.models.image_geometry import image_processor_for
@@ -133,10 +131,11 @@ def load_student(recipe: Recipe):
     if recipe.model.init:
         if not Path(recipe.model.init).exists():
             raise ValueError(f"recipe {recipe.name!r} field model.init: checkpoint {recipe.model.init} does not exist")
-        model, tokenizer = load_model(recipe.model.init)
+        model, tokenizer = load_model(recipe.model.init, dtype=WEIGHT_DTYPES[recipe.model.dtype])
     else:
         tokenizer = build_tokenizer()
         model = build_model(recipe.model.preset, tokenizer, vision=recipe.model.vision, seed=recipe.seed)
+        model.to(WEIGHT_DTYPES[recipe.model.dtype])
     if recipe.kind != "ar_sft":
         model = to_diffusion(model, recipe.block_size)
     return model, tokenizer, image_processor_for(model)
@@ -149,12 +148,15 @@ def load_teacher(recipe: Recipe, tokenizer):
     path = recipe.teacher.path
     if not Path(path).exists():
         raise ValueError(f"recipe {recipe.name!r} field teacher.path: checkpoint {path} does not exist")
-    teacher, t_tok = load_model(path)
+    teacher, t_tok = load_model(path, dtype=WEIGHT_DTYPES[recipe.model.dtype])
     if _mask_token_id(t_tok) != _mask_token_id(tokenizer) or len(t_tok) != len(tokenizer):
         raise ValueError(f"recipe {recipe.name!r}: teacher {path} uses a different tokenizer than the student")
     if recipe.teacher.kind == "diffusion":
         teacher = to_diffusion(teacher, recipe.teacher_block_size)
-    return teacher.eval().requires_grad_(False)
+    teacher.eval().requires_grad_(False)
+    if recipe.model.dtype == "bf16" and needs_fp32_compute("cuda" if torch.cuda.is_available() else "cpu"):
+        upcast_frozen_weights(teacher)
+    return teacher
 
 
 # ------------------------------------------------------------------------------------------------ trainer
@@ -178,6 +180,7 @@ class Trainer:
 
         torch.manual_seed(r.seed)  # same initial weights on every process
         self.model, self.tokenizer, self.image_processor = load_student(r)
+        self.lora = self._memory_setup()
         self.mask_id, self.pad_id = _mask_token_id(self.tokenizer), _pad_token_id(self.tokenizer)
         teacher = load_teacher(r, self.tokenizer) if r.kind.startswith("distill") else None
         self.objective: Objective = build_objective(r, self.mask_id, teacher)
@@ -196,6 +199,21 @@ class Trainer:
             self._resume()
         self.logger = MetricsLogger(self.output_dir, tensorboard=r.log.tensorboard, enabled=self.is_main,
                                     resume_step=self.step if self.resumed_from else None)
+
+    def _memory_setup(self):
+        """Gradient checkpointing, LoRA adapters (returns the PeftModel, else None; `self.model` stays the HF
+        model with the adapters inside), and fp32 compute for frozen bf16 weights where bf16 is emulated."""
+        r, m = self.recipe, self.recipe.model
+        if m.gradient_checkpointing:  # non-reentrant: frozen inputs (LoRA) need no requires_grad trick
+            self.model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        peft_model = lora_.add_lora(self.model, m.lora, self.tokenizer) if m.lora.rank else None
+        if m.dtype == "bf16" and needs_fp32_compute(self.accelerator.device):
+            if peft_model is None:
+                raise ValueError(f"recipe {r.name!r} field model.dtype: bf16 weights that train (no model.lora) would "
+                                 "compute in bf16, which this CPU only emulates (~250x slower than fp32); set "
+                                 "model.lora.rank > 0 (frozen bf16 weights compute in fp32) or model.dtype: fp32")
+            upcast_frozen_weights(self.model)
+        return peft_model
 
     def _make_accelerator(self):
         from accelerate import Accelerator
@@ -247,6 +265,9 @@ class Trainer:
         r, dt = self.recipe, self.accelerator.distributed_type
         self.sharded = self.world > 1 and dt in (DistributedType.FSDP, DistributedType.DEEPSPEED)
         self.manual_allreduce = self.world > 1 and not self.sharded
+        if self.sharded and self.lora is not None:
+            raise ValueError(f"recipe {r.name!r} field model.lora: LoRA runs on one process or plain data parallel "
+                             "(torchrun / accelerate launch without an FSDP or DeepSpeed config); its adapters are small")
         if self.manual_allreduce:
             self.model.to(self.accelerator.device)
             for p in self.model.parameters():  # identical start on every process
@@ -428,7 +449,13 @@ class Trainer:
         from wamdiff.models.build import save_model
 
         if state_dict is None:
+            if self.lora is not None:  # merged into plain weights (stored dtype): a checkpoint like any other
+                restore_stored_weights(self.unwrapped)
+                self.model = lora_.merge(self.lora)
+                self.lora = None
             save_model(self.unwrapped, self.tokenizer, directory, self.image_processor)
+            if self.recipe.model.dtype == "bf16" and needs_fp32_compute(self.accelerator.device):
+                upcast_frozen_weights(self.unwrapped)  # the final evaluation runs at fp32 speed too
         else:
             directory.mkdir(parents=True, exist_ok=True)
             self.unwrapped.save_pretrained(directory, state_dict=state_dict)
@@ -449,7 +476,10 @@ class Trainer:
         if self.is_main:
 
             def write(tmp: Path) -> None:
-                self._save_model(tmp / "model", full)
+                if self.lora is not None:  # only the adapters train: the base weights are init's
+                    lora_.save_trainable(self.unwrapped, tmp)
+                else:
+                    self._save_model(tmp / "model", full)
                 if self.sharded:
                     os.replace(shards, tmp / "accelerate")
                 ckpt.save_training_state(tmp, optimizer=None if self.sharded else self.optimizer, scheduler=self.scheduler, step=self.step,
@@ -473,6 +503,9 @@ class Trainer:
         if self.sharded:  # weights + sharded optimiser state through accelerate (collective)
             self.accelerator.load_state(str(last / "accelerate"))
             state = ckpt.load_training_state(last, optimizer=None, scheduler=self.scheduler, rank=self.rank)
+        elif self.lora is not None:
+            lora_.load_trainable(self.unwrapped, last)
+            state = ckpt.load_training_state(last, optimizer=self.optimizer, scheduler=self.scheduler, rank=self.rank)
         else:
             saved, _ = load_model(last / "model")
             self.unwrapped.load_state_dict(saved.state_dict())
