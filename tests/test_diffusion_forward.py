@@ -49,7 +49,8 @@ PROCESSOR = processor_from_vision_config(build_config("tiny", build_tokenizer())
 
 
 def _vl_inputs(tok, answer="1.25,-3.50,2.00"):
-    ep = encode_prompt(tok, "Here is a front-view image: <image>\nThe navigation information is: right", [_image()], image_processor=PROCESSOR)
+    ep = encode_prompt(tok, "Here is a front-view image: <image>\nThe navigation information is: right", [_image()],
+                       image_processor=PROCESSOR)
     ans = encode_answer(tok, answer)
     one = lambda x: torch.ones(1, x.shape[-1], dtype=torch.bool)  # noqa: E731
     kw = dict(prompt_ids=ep.input_ids[None], prompt_mask=one(ep.input_ids), pixel_values=ep.pixel_values,

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from wamdiff.models import PRESETS, build_model, build_tokenizer, encode_prompt, image_processor_for, save_model
 from wamdiff.models.image_geometry import PREPROCESSOR_FILE, image_side, image_tokens
+from wamdiff.models.tokens import IMAGE_PAD as T_IMAGE_PAD
 
 # (patch, image side): patch 8 at 64 px is the presets' geometry; patch 16 at 128 px a Qwen3-VL-like one.
 # Both are 8x8 patch grids -> 16 image tokens, whatever size the input image has.
@@ -148,3 +149,26 @@ def test_encoding_with_another_models_processor_is_what_crashed():
     with pytest.raises(RuntimeError), torch.no_grad():
         model(input_ids=ep.input_ids[None], pixel_values=ep.pixel_values, image_grid_thw=ep.image_grid_thw,
               mm_token_type_ids=ep.mm_token_type_ids[None])
+
+
+def test_standin_has_the_published_qwen3_vl_2b_shape():
+    """Full depth on the meta device (no memory): ~2.1 B parameters as published, tied embeddings, the
+    published processor geometry; cut depths keep the deepstack taps inside the cut vision tower."""
+    import torch
+    from transformers import Qwen3VLForConditionalGeneration
+
+    from wamdiff.models.standin import PUBLISHED_PROCESSOR, standin_config, standin_corpus
+    from wamdiff.models.tokenizer import build_qwen2_style_tokenizer
+
+    tok = build_qwen2_style_tokenizer(standin_corpus())
+    cfg = standin_config(tokenizer=tok)
+    with torch.device("meta"):
+        n = sum(p.numel() for p in Qwen3VLForConditionalGeneration(cfg).parameters())
+    assert 2.0e9 < n < 2.2e9 and cfg.tie_word_embeddings
+    assert (cfg.text_config.num_hidden_layers, cfg.vision_config.depth) == (28, 24)
+    assert cfg.vision_config.deepstack_visual_indexes == [5, 11, 17]
+    assert cfg.image_token_id == tok.convert_tokens_to_ids(T_IMAGE_PAD)
+    cut = standin_config(tokenizer=tok, text_layers=2, vision_layers=2)
+    assert cut.vision_config.deepstack_visual_indexes == [0, 1] and cut.text_config.hidden_size == 2048
+    proc = Qwen2VLImageProcessorPil(**{k: v for k, v in PUBLISHED_PROCESSOR.items() if "_type" not in k and k != "processor_class"})
+    assert image_tokens(proc, 64, 64) == 64  # a 64x64 render is resized to 256x256: 16x16 patches merged 2x2

@@ -165,3 +165,16 @@ def test_lora_recipes_lay_the_memory_setting_over_every_stage():
         assert r.optim.batch_size // r.optim.grad_accum == 1  # one sample per micro-step: the 2B fits 24 GB
     for prev, stage in zip(stages, stages[1:]):
         assert load_recipe(RECIPES / "lora" / f"{stage}.yaml").model.init == f"runs/lora/{prev}/final"
+
+
+def test_footprint_reports_memory_time_and_full_finetune_needs(tmp_path):
+    from wamdiff.training.throughput import footprint
+
+    data = make_data(tmp_path / "data", n_train=2)
+    with one_thread():
+        f = footprint(_lora_recipe(data, tmp_path / "fp", optim={"batch_size": 1}), steps=2)
+    assert f["micro_batch"] == 1 and f["lora_rank"] == 4 and 0 < f["trainable_params"] < f["params"]
+    assert f["peak_rss_gb"] >= f["rss_after_setup_gb"] > 0 and f["s_per_step"] > 0
+    assert f["full_ft_fp32_adamw_gb"] == pytest.approx(16 * f["params"] / 1e9)
+    assert f["prompt_tokens"] > 16 and f["answer_tokens"] % 4 == 0
+    assert not (tmp_path / "fp").exists()  # nothing saved

@@ -1,8 +1,10 @@
 """The default world's tokenizer: a small byte-level BPE trained at build time on the prompt templates.
 
 Byte-level means any text (ASCII or not) round-trips losslessly; digits and punctuation marks are split one
-per token before BPE (digits as Qwen does), so numbers never merge and waypoint text has one token per character; merges are learned from a fixed corpus so the vocabulary (~700
-entries including the 256 bin tokens and the specials) is identical on every run.
+per token before BPE (digits as Qwen does), so numbers never merge and waypoint text has one token per
+character; merges are learned from a fixed corpus so the vocabulary (~700 entries including the 256 bin tokens
+and the specials) is identical on every run. `build_qwen2_style_tokenizer` trains a stand-in for a real Qwen
+tokenizer instead (Qwen2's rules: punctuation may merge, so fixed-width positions are not guaranteed).
 """
 
 from __future__ import annotations
