@@ -298,7 +298,8 @@ class Trainer:
 
     def step_inputs(self, step: int) -> StepInputs:
         batch = self.next_global_batch()
-        if self.recipe.kind == "distill_model" and self.recipe.teacher.onpolicy_every > 0 and step % self.recipe.teacher.onpolicy_every == 0:
+        every = self.recipe.teacher.onpolicy_every
+        if self.recipe.kind == "distill_model" and every > 0 and step % every == 0:
             batch = self.onpolicy_refresh(batch)
         return self.objective.noise(batch, step_generator(self.recipe.seed, step))
 
