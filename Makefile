@@ -7,7 +7,7 @@ export OMP_NUM_THREADS ?= 2
 export SDL_VIDEODRIVER := offscreen
 export PYGAME_HIDE_SUPPORT_PROMPT := 1
 
-.PHONY: install test test-slow test-gpu demo bench pipeline clean
+.PHONY: install test test-slow test-byoc test-gpu demo bench pipeline clean
 
 install: $(STAMP)
 
@@ -24,6 +24,11 @@ test: $(STAMP)
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow --durations=15
+
+# Bring your own checkpoint: the README's "Using real models" sequence on a real-width, 2+2-layer random
+# Qwen3-VL (standin -> convert -> 2 LoRA steps -> eval planner -> bench --quick). Slow (minutes), no download.
+test-byoc: $(STAMP)
+	$(BIN)/python -m pytest -q -m slow tests/test_pipeline_byoc.py
 
 # CUDA graphs and FlashInfer against the eager SDPA path (skipped without a GPU; FlashInfer needs `pip install flashinfer-python`).
 test-gpu: $(STAMP)

@@ -39,12 +39,13 @@ def test_slot_mask_rows_match_core_decode_masks(block):
 
 
 def test_generate_on_project_models_with_image():
-    from wamdiff.models import build_model, build_tokenizer, encode_prompt, to_diffusion
+    from wamdiff.models import build_model, build_tokenizer, encode_prompt, image_processor_for, to_diffusion
 
     tok = build_tokenizer()
     model = to_diffusion(build_model("tiny", tok, vision=True, seed=0), 4, tokenizer=tok)
     rng = np.random.default_rng(0)
-    prompts = [encode_prompt(tok, f"front view <image>\nnavigation: {c}", [rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)])
+    prompts = [encode_prompt(tok, f"front view <image>\nnavigation: {c}", [rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)],
+                             image_processor=image_processor_for(model))
                for c in ("left", "straight right now")]
     for mode in ("ar", "block"):
         together = generate(model, tok, prompts, DecodeConfig(mode=mode, max_new_tokens=12))

@@ -13,6 +13,7 @@ from transformers import DynamicCache, Qwen3ForCausalLM, Qwen3VLForConditionalGe
 from wamdiff.diffusion.forward import ar_forward, diffusion_forward
 from wamdiff.diffusion.masks import decode_block_mask, decode_position_ids, prefill_mask, prefix_position_ids
 from wamdiff.models import build_config, build_tokenizer, encode_answer, encode_prompt, to_diffusion
+from wamdiff.models.image_geometry import processor_from_vision_config
 
 TOL = 1e-5
 
@@ -44,8 +45,12 @@ def _image(seed=0):
     return (np.random.RandomState(seed).rand(64, 64, 3) * 255).astype(np.uint8)
 
 
+PROCESSOR = processor_from_vision_config(build_config("tiny", build_tokenizer()).vision_config)
+
+
 def _vl_inputs(tok, answer="1.25,-3.50,2.00"):
-    ep = encode_prompt(tok, "Here is a front-view image: <image>\nThe navigation information is: right", [_image()])
+    ep = encode_prompt(tok, "Here is a front-view image: <image>\nThe navigation information is: right", [_image()],
+                       image_processor=PROCESSOR)
     ans = encode_answer(tok, answer)
     one = lambda x: torch.ones(1, x.shape[-1], dtype=torch.bool)  # noqa: E731
     kw = dict(prompt_ids=ep.input_ids[None], prompt_mask=one(ep.input_ids), pixel_values=ep.pixel_values,
@@ -278,8 +283,8 @@ def test_padding_and_batching_do_not_change_logits_qwen3vl(tok, qwen3vl):
     """A left-padded batch of two image prompts gives each sample the logits it gets alone."""
     model = qwen3vl[1]
     B = 4
-    eps = [encode_prompt(tok, "<image>\nThe navigation information is: left", [_image(1)]),
-           encode_prompt(tok, "Here is a front-view image: <image>\nIs the lead vehicle braking?", [_image(2)])]
+    eps = [encode_prompt(tok, "<image>\nThe navigation information is: left", [_image(1)], image_processor=PROCESSOR),
+           encode_prompt(tok, "Here is a front-view image: <image>\nIs the lead vehicle braking?", [_image(2)], image_processor=PROCESSOR)]
     answers = [encode_answer(tok, "yes"), encode_answer(tok, "0.50,1.00,1.50")]
     P, A = max(e.input_ids.numel() for e in eps), -(-max(a.numel() for a in answers) // B) * B
     p = torch.full((2, P), tok.pad_token_id)

@@ -126,3 +126,21 @@ def test_delta_codes_the_displacements_with_error_feedback():
     assert text == "".join(want)
     decoded = parse_trajectory(text, "delta").xy
     assert np.abs(decoded - xy).max() <= 0.05 + 1e-9  # naive per-step rounding would drift by 8 x 0.04 m
+
+
+@pytest.mark.parametrize("fmt", ["fixed1", "fixed2", "bins", "delta"])
+def test_format_cells_spell_every_formatter_output(fmt):
+    """Each formatted answer is exactly one alternative per cell, in order (what the grammar varies)."""
+    from wamdiff.driving.trajectory import format_cells
+
+    cells = format_cells(fmt)
+    rng = np.random.default_rng(3)
+    for _ in range(100):
+        text = format_trajectory(np.stack([rng.uniform(-999, 999, 8), rng.uniform(-999, 999, 8)], 1), fmt)
+        for cell in cells:
+            hit = [a for a in cell if text.startswith(a)]
+            assert len(hit) == 1, (fmt, text[:20], cell[:3])
+            text = text[len(hit[0]):]
+        assert text == ""
+    with pytest.raises(ValueError, match="no fixed width"):
+        format_cells("text2")

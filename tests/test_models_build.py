@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from wamdiff.diffusion.forward import diffusion_forward
 from wamdiff.models import (
     build_model, build_tokenizer, count_parameters, diffusion_settings, encode_answer, encode_prompt,
-    load_image_processor, load_model, save_model, set_block_size, to_diffusion,
+    image_processor_for, load_model, save_model, set_block_size, to_diffusion,
 )
 from wamdiff.models import tokens as T
 from wamdiff.models.cli import app
@@ -40,29 +40,36 @@ def test_presets(tok):
         build_model("huge", tok)
 
 
-def test_encode_prompt_chat_format_and_images(tok):
+@pytest.fixture(scope="module")
+def proc(tok):
+    return image_processor_for(build_model("tiny", tok))
+
+
+def test_encode_prompt_chat_format_and_images(tok, proc):
     human = "Here is a front-view images from a driving vehicle: <image>\nHow many vehicles are ahead within 30 m?"
-    ep = encode_prompt(tok, human, [Image.fromarray(_image())])
+    ep = encode_prompt(tok, human, [Image.fromarray(_image())], image_processor=proc)
     expect = chat_prompt(human.replace("<image>", T.VISION_START + T.IMAGE_PAD * 16 + T.VISION_END))
     assert tok.decode(ep.input_ids) == expect and expect.endswith("<|im_start|>assistant\n")
     assert ep.image_grid_thw.tolist() == [[1, 8, 8]] and ep.pixel_values.shape == (64, 3 * 2 * 8 * 8)
     assert int(ep.mm_token_type_ids.sum()) == 16
-    same = encode_prompt(tok, human, [_image()])  # an HxWx3 uint8 array gives the same pixels
+    same = encode_prompt(tok, human, [_image()], image_processor=proc)  # an HxWx3 uint8 array gives the same pixels
     assert torch.equal(same.pixel_values, ep.pixel_values)
-    two = encode_prompt(tok, "<image> and <image>", [_image(0), _image(1)])
+    two = encode_prompt(tok, "<image> and <image>", [_image(0), _image(1)], image_processor=proc)
     assert int(two.mm_token_type_ids.sum()) == 32 and two.image_grid_thw.shape == (2, 3)
     text_only = encode_prompt(tok, human, [], vision=False)
     assert T.IMAGE_PAD not in tok.decode(text_only.input_ids) and text_only.pixel_values is None
     assert tok.decode(encode_answer(tok, "keep lane")) == "keep lane" + T.IM_END
 
 
-def test_encode_errors(tok):
+def test_encode_errors(tok, proc):
     with pytest.raises(ValueError, match="1 '<image>' placeholder.*2 image"):
-        encode_prompt(tok, "look <image>", [_image(), _image()])
+        encode_prompt(tok, "look <image>", [_image(), _image()], image_processor=proc)
     with pytest.raises(ValueError, match="0 image"):
-        encode_prompt(tok, "look <image>", [])
+        encode_prompt(tok, "look <image>", [], image_processor=proc)
     with pytest.raises(ValueError, match="HxWx3 uint8"):
-        encode_prompt(tok, "<image>", [np.zeros((64, 64), dtype=np.uint8)])
+        encode_prompt(tok, "<image>", [np.zeros((64, 64), dtype=np.uint8)], image_processor=proc)
+    with pytest.raises(ValueError, match="no image_processor"):
+        encode_prompt(tok, "<image>", [_image()])  # never a silent default geometry
     with pytest.raises(ValueError, match="answer is missing"):
         encode_answer(tok, "")
 
@@ -94,8 +101,8 @@ def test_save_load_round_trip_identical_logits(tok, tmp_path, vision):
     assert tok2.backend_tokenizer.to_str() == tok.backend_tokenizer.to_str() and tok2.mask_token == T.MASK
     text = "Is the lead vehicle braking?" + (" <image>" if vision else "")
     images = [_image()] if vision else []
-    ep = encode_prompt(tok, text, images, vision=vision)
-    ep2 = encode_prompt(tok2, text, images, vision=vision, image_processor=load_image_processor(tmp_path) if vision else None)
+    ep = encode_prompt(tok, text, images, vision=vision, image_processor=image_processor_for(model))
+    ep2 = encode_prompt(tok2, text, images, vision=vision, image_processor=image_processor_for(tmp_path))
     assert torch.equal(ep.input_ids, ep2.input_ids)
     x0 = encode_answer(tok, "yes, 12.50,-0.25")[None]
     x0 = torch.nn.functional.pad(x0, (0, -x0.shape[1] % 8), value=tok.pad_token_id)

@@ -56,7 +56,7 @@ def stage_qa(p) -> dict:
     import torch
 
     from wamdiff.decoding import generate
-    from wamdiff.models import is_vision_model, load_image_processor, load_model
+    from wamdiff.models import image_processor_for, is_vision_model, load_model
     from wamdiff.training.data import load_examples
     from wamdiff.training.evaluation import normalise_answer
 
@@ -68,7 +68,7 @@ def stage_qa(p) -> dict:
         model, tok = load_model(spec.checkpoint)
         vision = bool(is_vision_model(model))
         examples = load_examples(p.data_dir / "test_qa.json", tok, vision=vision, limit=limit,
-                                 image_processor=load_image_processor(spec.checkpoint) if vision else None)
+                                 image_processor=image_processor_for(model))
         config = replace(spec.decode, max_new_tokens=32)
         hits = 0
         with torch.inference_mode():

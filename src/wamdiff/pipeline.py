@@ -299,7 +299,7 @@ def export_checkpoints(config: str | Path, dest: str | Path, stages: list[str]) 
 
     import torch
 
-    from wamdiff.models import load_image_processor, load_model, save_model
+    from wamdiff.models import load_model, save_model
 
     p = Pipeline.load(config)
     dest = Path(dest)
@@ -308,7 +308,7 @@ def export_checkpoints(config: str | Path, dest: str | Path, stages: list[str]) 
     for stage in stages:
         src = p.checkpoint(stage)
         model, tok = load_model(src)
-        save_model(model.to(torch.bfloat16), tok, dest / stage, image_processor=load_image_processor(src))
+        save_model(model.to(torch.bfloat16), tok, dest / stage)  # with src's image processor (image_processor_for)
         f = p.stage_file(stage)
         record["stages"][stage] = json.loads(f.read_text()) if f.exists() else {}
     write_json(dest / "PROVENANCE.json", record)

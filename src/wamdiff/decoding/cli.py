@@ -66,7 +66,7 @@ def bench(
     from wamdiff.decoding.bench import (
         JOURNAL, BenchGrid, guess_format, load_wamdiff2_json, print_table, run_bench, synthetic_prompts, write_outputs,
     )
-    from wamdiff.models import build_model, build_tokenizer, is_vision_model, load_model, to_diffusion
+    from wamdiff.models import build_model, build_tokenizer, image_processor_for, is_vision_model, load_model, to_diffusion
 
     console = Console(width=max(160, Console().width))
     if threads:
@@ -82,9 +82,9 @@ def bench(
     is_vl = is_vision_model(model)
     expert = None
     if data is not None:
-        prompts, expert = load_wamdiff2_json(data, tok, vision=is_vl, limit=n_prompts)
+        prompts, expert = load_wamdiff2_json(data, tok, vision=is_vl, limit=n_prompts, image_processor=image_processor_for(model))
     else:
-        prompts = synthetic_prompts(tok, n_prompts, vision=is_vl)
+        prompts = synthetic_prompts(tok, n_prompts, vision=is_vl, image_processor=image_processor_for(model))
     compile_modes = _on_off(compile)
     try:
         grid = BenchGrid(_ints(batch), _ints(blocks), _floats(taus), _words(dtypes), max_new_tokens, _ints(max_steps), repeats,

@@ -8,6 +8,7 @@ from wamdiff.decoding.ar import decode_ar
 from wamdiff.decoding.block import decode_block
 from wamdiff.decoding.config import DecodeConfig, Generation
 from wamdiff.decoding.runner import StepRunner, collate_prompts
+from wamdiff.models.precision import compute_dtype
 from wamdiff.models.tokens import IM_END, MASK, PAD, token_id
 
 PROMPT_BUCKET = 32  # compiled / CUDA-graph steps: prompt widths rounded up to this (bounded number of shapes)
@@ -52,8 +53,8 @@ def generate(model, tokenizer, prompts, config: DecodeConfig | None = None) -> l
     static_shapes = config.compile or (config.cuda_graphs and config.attention == "sdpa" and device.type == "cuda")
     batch = collate_prompts(prompts, pad_id, device, pad_to_multiple=PROMPT_BUCKET if static_shapes else 1)
     if batch.pixel_values is not None:
-        batch.pixel_values = batch.pixel_values.to(next(model.parameters()).dtype)
-    vocab = model.lm_head.out_features
+        batch.pixel_values = batch.pixel_values.to(compute_dtype(model))
+    vocab = model.config.get_text_config().vocab_size  # (lm_head may be wrapped, e.g. by peft while training)
     table = None
     if config.grammar is not None:
         table = config.grammar.table(config.max_new_tokens + 64, vocab, pad_id, device)

@@ -30,6 +30,7 @@ from wamdiff.decoding.cache import SlotCache
 from wamdiff.decoding.paged_attention import make_backend, paged_step, step_hook
 from wamdiff.diffusion.attention import install_attention, step_attention
 from wamdiff.diffusion.masks import decode_position_ids, prefix_position_ids, uses_mrope
+from wamdiff.models.precision import compute_dtype
 
 
 def text_config(model):
@@ -91,7 +92,7 @@ class StepRunner:
         cfg = text_config(model)
         dev = batch.ids.device
         self.device = dev
-        self.dtype = next(model.parameters()).dtype
+        self.dtype = compute_dtype(model)  # activations and the KV cache (fp32 for upcast bf16 weights)
         n, p = batch.ids.shape
         self.n, self.P, self.B = n, p, block_size
         self.A = -(-answer_capacity // block_size) * block_size

@@ -16,7 +16,8 @@ Formats (`FORMATS`), always x1,y1,...,x8,y8 in metres, ego frame:
   displacement is taken to the exact target from the reconstructed previous point), so the decoded positions
   are within 0.05 m per axis of the truth at every waypoint, like 1-decimal text; out-of-grid steps clip.
 `parse_trajectory` never raises: malformed, truncated, wrong-count or out-of-bounds text gives
-`ParsedTrajectory(ok=False, xy=None, reason=...)`.
+`ParsedTrajectory(ok=False, xy=None, reason=...)`. `format_cells` spells out the character structure of the
+fixed-width formats (what `wamdiff.decoding.grammar` turns into per-token sets for a given tokenizer).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from wamdiff.models import tokens as T
 from wamdiff.models.tokens import IM_END, N_BINS, PAD, bin_token
 
 FORMATS = ("text2", "text1", "fixed1", "fixed2", "bins", "delta")
+FIXED_WIDTH_FORMATS = ("fixed1", "fixed2", "bins", "delta")  # token positions never shift: a per-position grammar
 N_POINTS = 8
 BINS = N_BINS  # one token per bin (models.tokens)
 BIN_RANGE_X = (-5.0, 120.0)
@@ -100,6 +102,21 @@ def format_trajectory(xy, fmt: str = "text2") -> str:
             raise ValueError(f"{fmt}: |value| must be < 1000 m")
         return ",".join(f"{v:+0{5 + d}.{d}f}" for v in vals)
     return ",".join(f"{v:.{d}f}" for v in vals)
+
+
+def format_cells(fmt: str) -> list[tuple[str, ...]]:
+    """The cells of a fixed-width format, in order: each a tuple of the strings allowed there (one character,
+    or a whole bin token); every answer `format_trajectory` writes in `fmt` is one choice per cell.
+    ValueError for the variable-width text formats."""
+    if fmt == "bins":
+        return [tuple(T.BIN_TOKENS)] * (2 * N_POINTS)
+    if fmt == "delta":
+        return [tuple(T.DELTA_X_TOKENS), tuple(T.DELTA_Y_TOKENS)] * N_POINTS
+    if fmt not in FIXED_WIDTH_FORMATS:
+        raise ValueError(f"trajectory format {fmt!r} has no fixed width (fixed-width formats: {FIXED_WIDTH_FORMATS})")
+    digits = tuple("0123456789")
+    number = [("+", "-"), digits, digits, digits, (".",), *[digits] * _DECIMALS[fmt]]
+    return number + [(",",), *number] * (2 * N_POINTS - 1)
 
 
 def parse_trajectory(text, fmt: str = "text2") -> ParsedTrajectory:

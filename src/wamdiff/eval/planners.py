@@ -138,12 +138,12 @@ class ModelPlanner:
 
     def _load(self):
         if self._model is None:
-            from wamdiff.models import is_vision_model, load_image_processor, load_model
+            from wamdiff.models import image_processor_for, is_vision_model, load_model
 
             self._model, self._tokenizer = load_model(self.spec.checkpoint)
             self._model.eval()
             self._vision = bool(is_vision_model(self._model))
-            self._image_processor = load_image_processor(self.spec.checkpoint) if self._vision else None
+            self._image_processor = image_processor_for(self._model)
         return self._model, self._tokenizer
 
     @property
@@ -158,10 +158,11 @@ class ModelPlanner:
         """The spec's decode settings; fixed-width formats also constrain each answer position to its token class."""
         from dataclasses import replace
 
-        from wamdiff.decoding.grammar import GRAMMAR_FORMATS, Grammar
+        from wamdiff.decoding.grammar import Grammar
+        from wamdiff.driving.trajectory import FIXED_WIDTH_FORMATS
 
         config = self.spec.decode
-        if config.grammar is None and self.spec.fmt in GRAMMAR_FORMATS:
+        if config.grammar is None and self.spec.fmt in FIXED_WIDTH_FORMATS:
             if getattr(self, "_grammar", None) is None:
                 self._grammar = Grammar.for_format(tokenizer, self.spec.fmt)
             config = replace(config, grammar=self._grammar)

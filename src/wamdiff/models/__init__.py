@@ -3,8 +3,9 @@
 from wamdiff._lazy import lazy_exports
 
 __getattr__, __all__ = lazy_exports(__name__, {
-    "build": ["PRESETS", "build_config", "build_image_processor", "build_model", "count_parameters", "is_vision_model",
-              "load_image_processor", "load_model", "model_info", "save_model"],
+    "build": ["PRESETS", "Preset", "build_config", "build_model", "count_parameters", "is_vision_model", "load_model",
+              "model_info", "save_model"],
+    "image_geometry": ["image_processor_for", "image_tokens"],
     "convert": ["DiffusionSettings", "diffusion_settings", "set_block_size", "to_diffusion"],
     "processor": ["EncodedPrompt", "encode_answer", "encode_prompt"],
     "tokenizer": ["build_tokenizer"],

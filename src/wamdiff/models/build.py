@@ -1,7 +1,8 @@
 """Build Qwen3-VL / Qwen3 backbones from size presets, and save / load them with tokenizer + image processor.
 
-All presets share one vision geometry: patch 8, temporal patch 2, spatial merge 2, so a 64x64 RGB image is an
-8x8 patch grid merged to 16 image tokens. Models are the HF classes as they are (never forked).
+The presets share one vision geometry: patch 8, temporal patch 2, spatial merge 2, a 64x64 image (an 8x8 patch
+grid merged to 16 image tokens); a `Preset` may set its own patch and image side. The image processor of any
+model comes from `wamdiff.models.image_geometry.image_processor_for`. Models are the HF classes as they are.
 """
 
 from __future__ import annotations
@@ -13,13 +14,13 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError
 from transformers import (
-    AutoConfig, AutoTokenizer, PreTrainedModel, Qwen2VLImageProcessorPil, Qwen3Config, Qwen3ForCausalLM,
-    Qwen3VLConfig, Qwen3VLForConditionalGeneration,
+    AutoConfig, AutoTokenizer, PreTrainedModel, Qwen3Config, Qwen3ForCausalLM, Qwen3VLConfig, Qwen3VLForConditionalGeneration,
 )
 
 from wamdiff.diffusion.attention import install_attention
 from wamdiff.errors import UserError
 from wamdiff.models import tokens as T
+from wamdiff.models.image_geometry import image_processor_for, image_tokens
 from wamdiff.models.tokenizer import add_special_tokens
 from wamdiff.models.tokens import token_id
 
@@ -38,6 +39,8 @@ class Preset:
     vision_hidden: int
     vision_heads: int
     max_positions: int = 2048
+    patch: int = PATCH
+    image_side: int = IMAGE_SIDE  # the vision position table covers (image_side / patch)^2 patches
 
 
 PRESETS: dict[str, Preset] = {
@@ -47,7 +50,9 @@ PRESETS: dict[str, Preset] = {
 }
 
 
-def _preset(name: str) -> Preset:
+def _preset(name: str | Preset) -> Preset:
+    if isinstance(name, Preset):
+        return name
     if name not in PRESETS:
         raise ValueError(f"unknown model preset {name!r}; choose one of {sorted(PRESETS)}")
     return PRESETS[name]
@@ -60,7 +65,7 @@ def _mrope_section(head_dim: int) -> list[int]:
     return [half - h - w, h, w]
 
 
-def build_config(preset: str, tokenizer, *, vision: bool = True):
+def build_config(preset: str | Preset, tokenizer, *, vision: bool = True):
     p = _preset(preset)
     ids = {t: token_id(tokenizer, t) for t in (T.PAD, T.IM_END, T.MASK)}
     text = dict(
@@ -74,8 +79,8 @@ def build_config(preset: str, tokenizer, *, vision: bool = True):
         text["rope_parameters"] = {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": _mrope_section(p.head_dim)}
         vis = dict(
             depth=p.vision_depth, hidden_size=p.vision_hidden, intermediate_size=4 * p.vision_hidden,
-            num_heads=p.vision_heads, patch_size=PATCH, temporal_patch_size=TEMPORAL_PATCH, spatial_merge_size=MERGE,
-            out_hidden_size=p.hidden, num_position_embeddings=(IMAGE_SIDE // PATCH) ** 2,
+            num_heads=p.vision_heads, patch_size=p.patch, temporal_patch_size=TEMPORAL_PATCH, spatial_merge_size=MERGE,
+            out_hidden_size=p.hidden, num_position_embeddings=(p.image_side // p.patch) ** 2,
             deepstack_visual_indexes=list(range(min(p.vision_depth, 1))),
         )
         cfg = Qwen3VLConfig(
@@ -84,26 +89,17 @@ def build_config(preset: str, tokenizer, *, vision: bool = True):
             vision_start_token_id=token_id(tokenizer, T.VISION_START), vision_end_token_id=token_id(tokenizer, T.VISION_END),
         )
     cfg.mask_token_id = ids[T.MASK]
-    cfg.preset = preset
+    cfg.preset = preset if isinstance(preset, str) else "custom"
     return cfg
 
 
-def build_model(preset: str, tokenizer, *, vision: bool = True, seed: int | None = None) -> PreTrainedModel:
+def build_model(preset: str | Preset, tokenizer, *, vision: bool = True, seed: int | None = None) -> PreTrainedModel:
     """A randomly initialised `Qwen3VLForConditionalGeneration` (vision) or `Qwen3ForCausalLM` from a preset."""
     cfg = build_config(preset, tokenizer, vision=vision)
     if seed is not None:
         torch.manual_seed(seed)
     model = (Qwen3VLForConditionalGeneration if vision else Qwen3ForCausalLM)(cfg)
     return install_attention(model.eval())
-
-
-def build_image_processor(image_side: int = IMAGE_SIDE) -> Qwen2VLImageProcessorPil:
-    """Pillow-only Qwen image processor with our geometry; min = max pixels pins every image to side x side
-    (a 64x64 render stays 64x64 -> 16 image tokens)."""
-    return Qwen2VLImageProcessorPil(
-        patch_size=PATCH, temporal_patch_size=TEMPORAL_PATCH, merge_size=MERGE,
-        min_pixels=image_side * image_side, max_pixels=image_side * image_side,
-    )
 
 
 def is_vision_model(model) -> bool:
@@ -117,13 +113,15 @@ def count_parameters(model) -> dict[str, int]:
 
 
 def save_model(model, tokenizer, path, image_processor=None) -> Path:
-    """save_pretrained (safetensors) of model + tokenizer (+ image processor for vision models)."""
+    """save_pretrained (safetensors) of model + tokenizer (+ image processor for vision models: the one given,
+    else `image_processor_for(model)`, so every saved vision checkpoint carries its geometry)."""
     path = Path(path)
+    processor = (image_processor or image_processor_for(model)) if is_vision_model(model) else None
     path.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
-    if is_vision_model(model):
-        (image_processor or build_image_processor()).save_pretrained(path)
+    if processor is not None:
+        processor.save_pretrained(path)
     return path
 
 
@@ -137,7 +135,8 @@ def _model_class(config):
 def load_model(path, *, dtype=torch.float32):
     """Load a saved wamdiff model or a local HF Qwen3-VL / Qwen3 checkpoint directory -> (model, tokenizer).
 
-    Special tokens a foreign checkpoint lacks are added to its tokenizer and the embeddings resized.
+    dtype: the weights' dtype (a torch dtype, or "auto" = as stored). Special tokens a foreign checkpoint lacks
+    are added to its tokenizer and the embeddings resized when the vocabulary is too small for them.
     """
     path = Path(path)
     if not (path / "config.json").is_file():
@@ -179,16 +178,9 @@ def unreadable_weights(path: str | Path) -> Path | None:
     return None
 
 
-def load_image_processor(path) -> Qwen2VLImageProcessorPil:
-    """The image processor saved next to a model (our default geometry if the directory has none)."""
-    if (Path(path) / "preprocessor_config.json").is_file():
-        return Qwen2VLImageProcessorPil.from_pretrained(path)
-    return build_image_processor()
-
-
 def model_info(path) -> dict:
     """Summary of a saved model directory: class, preset, sizes, parameters, diffusion settings."""
-    model, tokenizer = load_model(path)
+    model, tokenizer = load_model(path, dtype="auto")  # as stored: a 2B checkpoint stays 4 GB in bf16
     text = getattr(model.config, "text_config", model.config)
     info = {
         "class": type(model).__name__, "preset": getattr(model.config, "preset", None),
@@ -198,5 +190,6 @@ def model_info(path) -> dict:
     }
     if is_vision_model(model):
         v = model.config.vision_config
-        info.update(vision_depth=v.depth, vision_hidden=v.hidden_size, patch=v.patch_size, merge=v.spatial_merge_size)
+        info.update(vision_depth=v.depth, vision_hidden=v.hidden_size, patch=v.patch_size, merge=v.spatial_merge_size,
+                    image_tokens_64px=image_tokens(image_processor_for(model), 64, 64))
     return json.loads(json.dumps(info, default=str))

@@ -8,7 +8,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-app = typer.Typer(help="Build model presets, convert AR checkpoints to block diffusion, inspect checkpoints.", no_args_is_help=True)
+app = typer.Typer(help="Build model presets or a stand-in of a real Qwen3-VL, convert AR checkpoints to block diffusion, "
+                       "inspect checkpoints.", no_args_is_help=True)
 console = Console()
 
 
@@ -35,17 +36,61 @@ def build(
 
 
 @app.command()
+def standin(
+    out: Path = typer.Option(..., help="Output directory (a Hugging Face checkpoint layout)."),
+    size: str = typer.Option("qwen3-vl-2b", help="Published config sizes to copy."),
+    text_layers: int = typer.Option(None, help="Cut the text decoder to this many layers (default: published depth)."),
+    vision_layers: int = typer.Option(None, help="Cut the vision tower to this many blocks (default: published depth)."),
+    processor: bool = typer.Option(True, help="Write a preprocessor_config.json shaped like the published one."),
+    seed: int = typer.Option(0, help="Initialisation seed."),
+) -> None:
+    """A random-weight stand-in for a real Qwen3-VL checkpoint (published sizes, own Qwen2-style tokenizer)."""
+    from wamdiff.models import model_info
+    from wamdiff.models.standin import build_standin
+
+    try:
+        build_standin(out, size, text_layers=text_layers, vision_layers=vision_layers, processor_file=processor, seed=seed)
+    except ValueError as err:
+        raise typer.BadParameter(str(err)) from err
+    _show(model_info(out), f"stand-in {size} -> {out}")
+
+
+@app.command()
 def convert(
     src: Path = typer.Argument(..., help="AR (or diffusion) checkpoint directory."),
     block_size: int = typer.Option(32, min=1, help="Diffusion block size B."),
     out: Path = typer.Option(..., help="Output directory."),
 ) -> None:
     """Convert a checkpoint to block diffusion (settings in its config; weights unchanged)."""
-    from wamdiff.models import load_image_processor, load_model, model_info, save_model, to_diffusion
+    from wamdiff.models import load_model, model_info, save_model, to_diffusion
 
-    model, tokenizer = load_model(src)
-    save_model(to_diffusion(model, block_size, tokenizer=tokenizer), tokenizer, out, load_image_processor(src))
+    model, tokenizer = load_model(src, dtype="auto")  # weights unchanged, dtype included
+    save_model(to_diffusion(model, block_size, tokenizer=tokenizer), tokenizer, out)  # + the source's image processor
     _show(model_info(out), f"converted {src} -> {out}")
+
+
+@app.command()
+def grammar(
+    path: Path = typer.Argument(..., help="Checkpoint directory (its tokenizer is used)."),
+    fmt: str = typer.Option("fixed1", "--format", help="Fixed-width trajectory format: fixed1, fixed2 or bins."),
+) -> None:
+    """Whether a fixed-width format has stable token positions under a checkpoint's tokenizer (its grammar)."""
+    from transformers import AutoTokenizer
+
+    from wamdiff.decoding.grammar import Grammar
+    from wamdiff.models.tokenizer import add_special_tokens
+
+    try:
+        if not (path / "config.json").is_file():
+            raise ValueError(f"{path}: not a model directory (no config.json)")
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        add_special_tokens(tokenizer)  # as load_model does: the bin tokens and the mask
+        g = Grammar.for_format(tokenizer, fmt)
+    except ValueError as err:
+        raise typer.BadParameter(str(err)) from err
+    widths = [len(c) for c in g.classes[:-1]]
+    console.print(f"{fmt}: {len(widths)} answer tokens + end of turn; allowed tokens per position: "
+                  + " ".join(map(str, widths[:24])) + (" ..." if len(widths) > 24 else ""))
 
 
 @app.command()

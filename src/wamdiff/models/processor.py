@@ -39,6 +39,8 @@ def _to_pil(image) -> Image.Image:
 def encode_prompt(tokenizer, human_text: str, images=(), *, vision: bool = True, image_processor=None) -> EncodedPrompt:
     """Encode a human turn with `<image>` placeholders into prompt ids (+ pixels for a vision model).
 
+    image_processor: required with images — the model's own, `wamdiff.models.image_processor_for(model)`
+    (never a default: pixels in another model's geometry crash the vision tower or silently mean nothing).
     vision=False (text-only model): placeholders are dropped and images ignored.
     """
     images = list(images or [])
@@ -54,9 +56,8 @@ def encode_prompt(tokenizer, human_text: str, images=(), *, vision: bool = True,
         ids = tokenizer.encode(chat_prompt(human_text), add_special_tokens=False)
         return EncodedPrompt(torch.tensor(ids, dtype=torch.long), mm_token_type_ids=torch.zeros(len(ids), dtype=torch.long))
     if image_processor is None:
-        from wamdiff.models.build import build_image_processor
-
-        image_processor = build_image_processor()
+        raise ValueError("encode_prompt: images were given but no image_processor; pass the model's own "
+                         "(wamdiff.models.image_processor_for(model_or_checkpoint))")
     px = image_processor(images=[_to_pil(im) for im in images], return_tensors="pt")
     grid = px["image_grid_thw"]
     n_tokens = (grid.prod(-1) // image_processor.merge_size**2).tolist()

@@ -3,14 +3,16 @@
 Byte-level means any text (ASCII or not) round-trips losslessly; digits and punctuation marks are split one
 per token before BPE (digits as Qwen does), so numbers never merge and waypoint text has one token per
 character; merges are learned from a fixed corpus so the vocabulary (~700 entries including the 256 bin tokens
-and the specials) is identical on every run.
+and the specials) is identical on every run. `build_qwen2_style_tokenizer` trains a stand-in for a real Qwen
+tokenizer instead (Qwen2's rules: punctuation may merge, so fixed-width positions are not guaranteed).
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
 from wamdiff.models import tokens as T
@@ -69,6 +71,33 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
     tok.train_from_iterator(training_corpus(), trainer=trainer)
     tok.add_special_tokens(T.SPECIAL_TOKENS)
     return wrap_tokenizer(tok)
+
+
+# Qwen's own chat / vision specials (a real Qwen3-VL tokenizer has these, but not wamdiff's mask and bin tokens)
+QWEN_SPECIAL_TOKENS = [T.PAD, T.IM_START, T.IM_END, T.VISION_START, T.VISION_END, T.IMAGE_PAD, T.VIDEO_PAD]
+
+
+def build_qwen2_style_tokenizer(corpus, vocab_size: int = 1024):
+    """A stand-in for a real Qwen tokenizer, trained here (no download): byte-level BPE with Qwen2's own
+    normalizer and pre-tokenizer rules (transformers' `Qwen2Tokenizer`: digits one by one, but runs of
+    punctuation stay together, so merges like ',-' can exist), returned as a `Qwen2Tokenizer` with Qwen's
+    chat / vision special tokens and none of wamdiff's (`load_model` adds those, as for a real checkpoint)."""
+    from transformers import Qwen2Tokenizer
+    from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
+
+    tok = Tokenizer(models.BPE())
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=2, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  special_tokens=QWEN_SPECIAL_TOKENS, show_progress=False)
+    tok.train_from_iterator(list(corpus), trainer=trainer)
+    bpe = json.loads(tok.to_str())["model"]
+    qwen = Qwen2Tokenizer(vocab=bpe["vocab"], merges=[tuple(m) for m in bpe["merges"]], eos_token=T.IM_END, pad_token=T.PAD)
+    qwen.add_tokens([AddedToken(t, special=True) for t in QWEN_SPECIAL_TOKENS])
+    return qwen
 
 
 def wrap_tokenizer(tok: Tokenizer) -> PreTrainedTokenizerFast:

@@ -71,3 +71,28 @@ def throughput(
         tps = measure(preset=preset, kind=kind, block_size=block_size, batch_size=batch_size, answer_tokens=answer_tokens,
                       steps=steps, threads=threads, vision=vision, mixed_precision=mp)
         typer.echo(f"{preset} {kind} B={block_size} batch={batch_size} {('fp32' if mp == 'no' else 'bf16')}: {tps:,.0f} tok/s")
+
+
+@app.command("footprint")
+def footprint(
+    recipe: str = typer.Option(..., "--recipe", "-r", help="Recipe YAML (e.g. configs/recipes/lora/block8.yaml)."),
+    set_: list[str] = typer.Option(None, "--set", help="Override a recipe field (repeatable)."),
+    steps: int = typer.Option(3, help="Optimiser steps to run (the first is reported apart)."),
+    out: str = typer.Option(None, help="Also write the figures to this JSON file."),
+) -> None:
+    """Peak RSS and seconds per step of a recipe's real training steps (nothing saved)."""
+    import json
+
+    from wamdiff.training.throughput import footprint as measure
+
+    try:
+        result = measure(recipe, list(set_ or []), steps=steps)
+    except ValueError as err:
+        typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
+        raise typer.Exit(2) from None
+    text = json.dumps(result, indent=2)
+    typer.echo(text)
+    if out:
+        from pathlib import Path
+
+        Path(out).write_text(text + "\n")

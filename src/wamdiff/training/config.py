@@ -2,8 +2,10 @@
 
 A recipe has sections `model`, `data`, `optim`, `diffusion`, `teacher`, `eval`, `checkpoint`, `log` plus the
 top-level `name`, `kind` (ar_sft | block | distill_block | distill_model), `seed` and `output_dir`. A recipe
-may name a `base:` YAML (path relative to itself) whose values it overrides, so the block curriculum stages
-share one file of defaults. `--set key.sub=value` overrides are parsed as YAML scalars.
+may name a `base:` YAML (path relative to itself; or a list of them, later ones winning) whose values it
+overrides, so the block curriculum stages share one file of defaults and the LoRA recipes
+(`configs/recipes/lora/`) lay one memory setting over each stage. `--set key.sub=value` overrides are parsed
+as YAML scalars.
 """
 
 from __future__ import annotations
@@ -49,12 +51,28 @@ class DataSource:
     weight: float = 1.0  # relative share of training samples drawn from this file
 
 
+LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]  # the language model's
+WEIGHT_DTYPES = ("fp32", "bf16")
+
+
+@dataclass
+class LoraSection:
+    rank: int = 0  # 0 = off (full fine-tuning); > 0: low-rank adapters (peft), the base weights frozen
+    alpha: float = 32.0
+    dropout: float = 0.0
+    targets: list[str] = field(default_factory=lambda: list(LORA_TARGETS))  # module names; the vision tower has none
+    train_added_tokens: bool = True  # also train the embedding rows of wamdiff's tokens (mask, bins, specials)
+
+
 @dataclass
 class ModelSection:
     init: str | None = None  # checkpoint directory (save_model layout, or a local HF Qwen3/Qwen3-VL dir)
     preset: str | None = None  # tiny | student | teacher, when starting from scratch
     vision: bool = True
     block_size: int = 1  # ignored by ar_sft
+    dtype: str = "fp32"  # the weights' storage: fp32 | bf16 (frozen bf16 weights compute in fp32 on CPUs without bf16)
+    gradient_checkpointing: bool = False  # recompute each layer in backward: activations of one layer at a time
+    lora: LoraSection = field(default_factory=LoraSection)
 
 
 @dataclass
@@ -190,9 +208,10 @@ def read_recipe_yaml(path: str | Path, _seen: tuple = ()) -> dict:
     if not isinstance(raw, dict):
         raise ValueError(f"recipe {path}: top level must be a mapping, got {type(raw).__name__}")
     base = raw.pop("base", None)
-    if base:
-        raw = deep_merge(read_recipe_yaml(path.parent / base, _seen + (path,)), raw)
-    return raw
+    merged: dict = {}
+    for b in [base] if isinstance(base, str) else list(base or []):
+        merged = deep_merge(merged, read_recipe_yaml(path.parent / b, _seen + (path,)))
+    return deep_merge(merged, raw)
 
 
 def parse_overrides(items: list[str] | None) -> dict:
@@ -298,6 +317,15 @@ def validate(r: Recipe) -> Recipe:
         bad("model.block_size", f"must be >= 1, got {r.block_size}")
     if r.optim.steps < 1 or r.optim.batch_size < 1 or r.optim.grad_accum < 1:
         bad("optim", "steps, batch_size and grad_accum must be >= 1")
+    if r.model.dtype not in WEIGHT_DTYPES:
+        bad("model.dtype", f"{r.model.dtype!r} is not one of {WEIGHT_DTYPES}")
+    lora = r.model.lora
+    if lora.rank < 0:
+        bad("model.lora.rank", f"must be >= 0 (0 = off), got {lora.rank}")
+    if lora.rank and (lora.alpha <= 0 or not 0.0 <= lora.dropout < 1.0):
+        bad("model.lora", f"alpha must be > 0 and dropout in [0, 1), got alpha={lora.alpha}, dropout={lora.dropout}")
+    if lora.rank and (not isinstance(lora.targets, list) or not lora.targets or not all(isinstance(t, str) for t in lora.targets)):
+        bad("model.lora.targets", f"expected a non-empty list of module names, got {lora.targets!r}")
     if r.optim.mixed_precision not in ("bf16", "no", "fp32"):
         bad("optim.mixed_precision", f"{r.optim.mixed_precision!r} is not bf16 | no")
     if not 0.0 < r.diffusion.min_rate <= 1.0:

@@ -2,7 +2,8 @@
 
 Reads top to bottom as the run goes:
   1. recipe -> Accelerator (bf16 autocast or fp32, DDP/FSDP/DeepSpeed from the launch config)
-  2. model (+ frozen teacher), tokenizer, encoded data, objective
+  2. model (+ frozen teacher) in the recipe's weight dtype, gradient checkpointing, LoRA adapters (`lora.py`),
+     tokenizer, encoded data, objective
   3. optimiser (separate LR for the vision tower), cosine schedule with warm-up
   4. resume: weights, optimiser, scheduler, RNG, data position from the last complete checkpoint
   5. loop: global batch -> noise (seeded by step) -> this process's rows -> micro-steps with gradient
@@ -26,7 +27,9 @@ from typing import Callable
 import torch
 
 from wamdiff.errors import UserError
+from wamdiff.models.precision import cpu_has_fast_bf16, needs_fp32_compute, restore_stored_weights, upcast_frozen_weights
 from wamdiff.training import checkpoint as ckpt
+from wamdiff.training import lora as lora_
 from wamdiff.jsonfile import write_json
 from wamdiff.models.tokens import MASK, PAD, token_id
 from wamdiff.training.config import Recipe, RecipeKind, load_recipe
@@ -96,15 +99,6 @@ def make_optimizer(model, o) -> torch.optim.Optimizer:
         return torch.optim.AdamW(groups, lr=o.lr, betas=o.betas, eps=o.eps)
 
 
-def cpu_has_fast_bf16() -> bool:
-    """bf16 autocast only pays on CPUs with native bf16 dot products (emulated bf16 is slower than fp32)."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return True  # not Linux: let autocast decide
-    return any(f in flags for f in ("avx512_bf16", "amx_bf16"))
-
-
 def step_generator(seed: int, step: int, salt: int = 0) -> torch.Generator:
     return torch.Generator().manual_seed((seed * 1_000_003 + step * 7_919 + salt) % (2**63 - 1))
 
@@ -136,6 +130,7 @@ class Trainer:
 
         torch.manual_seed(r.seed)  # same initial weights on every process
         self.model, self.tokenizer, self.image_processor = load_student(r)
+        self.lora = self._memory_setup()
         self.mask_id, self.pad_id = token_id(self.tokenizer, MASK), token_id(self.tokenizer, PAD)
         teacher = load_teacher(r, self.tokenizer) if r.kind.distills else None
         self.objective: Objective = build_objective(r, self.mask_id, teacher)
@@ -154,6 +149,21 @@ class Trainer:
             self._resume(self._resume_state)
         self.logger = MetricsLogger(self.output_dir, tensorboard=r.log.tensorboard, enabled=self.is_main,
                                     resume_step=self.step if self.resumed_from else None)
+
+    def _memory_setup(self):
+        """Gradient checkpointing, LoRA adapters (returns the PeftModel, else None; `self.model` stays the HF
+        model with the adapters inside), and fp32 compute for frozen bf16 weights where bf16 is emulated."""
+        r, m = self.recipe, self.recipe.model
+        if m.gradient_checkpointing:  # non-reentrant: frozen inputs (LoRA) need no requires_grad trick
+            self.model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        peft_model = lora_.add_lora(self.model, m.lora, self.tokenizer) if m.lora.rank else None
+        if m.dtype == "bf16" and needs_fp32_compute(self.accelerator.device):
+            if peft_model is None:
+                raise ValueError(f"recipe {r.name!r} field model.dtype: bf16 weights that train (no model.lora) would "
+                                 "compute in bf16, which this CPU only emulates (~250x slower than fp32); set "
+                                 "model.lora.rank > 0 (frozen bf16 weights compute in fp32) or model.dtype: fp32")
+            upcast_frozen_weights(self.model)
+        return peft_model
 
     def _make_accelerator(self):
         from accelerate import Accelerator
@@ -208,6 +218,9 @@ class Trainer:
         r, dt = self.recipe, self.accelerator.distributed_type
         self.sharded = self.sharded_launch
         self.manual_allreduce = self.world > 1 and not self.sharded
+        if self.sharded and self.lora is not None:
+            raise ValueError(f"recipe {r.name!r} field model.lora: LoRA runs on one process or plain data parallel "
+                             "(torchrun / accelerate launch without an FSDP or DeepSpeed config); its adapters are small")
         if self.manual_allreduce:
             self.model.to(self.accelerator.device)
             for p in self.model.parameters():  # identical start on every process
@@ -390,7 +403,13 @@ class Trainer:
         from wamdiff.models.build import save_model
 
         if state_dict is None:
+            if self.lora is not None:  # merged into plain weights (stored dtype): a checkpoint like any other
+                restore_stored_weights(self.unwrapped)
+                self.model = lora_.merge(self.lora)
+                self.lora = None
             save_model(self.unwrapped, self.tokenizer, directory, self.image_processor)
+            if self.recipe.model.dtype == "bf16" and needs_fp32_compute(self.accelerator.device):
+                upcast_frozen_weights(self.unwrapped)  # the final evaluation runs at fp32 speed too
         else:
             directory.mkdir(parents=True, exist_ok=True)
             self.unwrapped.save_pretrained(directory, state_dict=state_dict)
@@ -411,7 +430,10 @@ class Trainer:
         if self.is_main:
 
             def write(tmp: Path) -> None:
-                self._save_model(tmp / "model", full)
+                if self.lora is not None:  # only the adapters train: the base weights are init's
+                    lora_.save_trainable(self.unwrapped, tmp)
+                else:
+                    self._save_model(tmp / "model", full)
                 if self.sharded:
                     os.replace(shards, tmp / "accelerate")
                 ckpt.save_training_state(tmp, optimizer=None if self.sharded else self.optimizer, scheduler=self.scheduler, step=self.step,
@@ -461,9 +483,13 @@ class Trainer:
         for _, path in reversed(found):
             try:
                 state = ckpt.read_training_state(path, rank=self.rank, with_optimizer=not self.sharded_launch)
-                bad = None if self.sharded_launch else unreadable_weights(path / "model")
-                if bad is not None or not (path / "model" / "config.json").is_file():
-                    raise UserError(f"{bad or path / 'model'}: unreadable model weights")
+                if self.lora is not None:  # a LoRA checkpoint holds the adapters only (the base is model.init)
+                    if unreadable_weights(path) is not None or not (path / lora_.TRAINABLE_FILE).is_file():
+                        raise UserError(f"{path / lora_.TRAINABLE_FILE}: unreadable adapter weights")
+                else:
+                    bad = None if self.sharded_launch else unreadable_weights(path / "model")
+                    if bad is not None or not (path / "model" / "config.json").is_file():
+                        raise UserError(f"{bad or path / 'model'}: unreadable model weights")
             except UserError as err:
                 problems.append(str(err))
                 if self.is_main:
@@ -491,6 +517,9 @@ class Trainer:
         if self.sharded:  # weights + sharded optimiser state through accelerate (collective)
             self.accelerator.load_state(str(last / "accelerate"))
             saved_state = ckpt.apply_training_state(state, optimizer=None, scheduler=self.scheduler)
+        elif self.lora is not None:
+            lora_.load_trainable(self.unwrapped, last)
+            saved_state = ckpt.apply_training_state(state, optimizer=self.optimizer, scheduler=self.scheduler)
         else:
             saved, _ = load_model(last / "model")
             self.unwrapped.load_state_dict(saved.state_dict())

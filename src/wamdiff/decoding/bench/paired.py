@@ -35,7 +35,7 @@ def grid_from_settings(st: dict) -> BenchGrid:
 def paired_bench(*, ar_checkpoint, diffusion_checkpoint, data=None, out, settings: dict | None = None) -> dict:
     """Prompts from a WAM-Diff2 JSON (else synthetic). Writes bench.json / bench.png / bench.md under `out`;
     returns the result with `plot` (PNG path) and `markdown` (tables) added."""
-    from wamdiff.models import is_vision_model, load_model
+    from wamdiff.models import image_processor_for, is_vision_model, load_model
 
     st = dict(settings or {})
     if st.get("threads"):
@@ -47,9 +47,9 @@ def paired_bench(*, ar_checkpoint, diffusion_checkpoint, data=None, out, setting
     n = int(st.get("prompts", 8))
     expert = None
     if data is not None and Path(data).exists():
-        prompts, expert = load_wamdiff2_json(Path(data), tok, vision=vision, limit=n)
+        prompts, expert = load_wamdiff2_json(Path(data), tok, vision=vision, limit=n, image_processor=image_processor_for(model))
     else:
-        prompts = synthetic_prompts(tok, n, vision=vision)
+        prompts = synthetic_prompts(tok, n, vision=vision, image_processor=image_processor_for(model))
     fmt = st.get("format") or guess_format(expert[0] if expert else None)
     journal = Path(out) / JOURNAL
     result = run_bench(model, tok, prompts, grid, expert=expert, fmt=fmt, ar_model=ar_model, ar_tokenizer=ar_tok,

@@ -12,7 +12,7 @@ from wamdiff.models.processor import encode_prompt
 COMMANDS = ("left", "straight", "right", "unknown")
 
 
-def load_wamdiff2_json(path: Path, tokenizer, *, vision: bool, limit: int | None = None):
+def load_wamdiff2_json(path: Path, tokenizer, *, vision: bool, limit: int | None = None, image_processor=None):
     """(prompts, expert answer texts) of the first `limit` samples of a WAM-Diff2 JSON / JSONL file."""
     from PIL import Image
 
@@ -25,12 +25,13 @@ def load_wamdiff2_json(path: Path, tokenizer, *, vision: bool, limit: int | None
                 images.append(Image.open(p).convert("RGB"))
             except OSError as err:
                 raise ValueError(f"{path}: sample {s.id}: field 'image': cannot open {p} ({err})") from err
-        prompts.append(encode_prompt(tokenizer, s.human, images, vision=vision))
+        prompts.append(encode_prompt(tokenizer, s.human, images, vision=vision, image_processor=image_processor))
     return prompts, [s.answer for s in samples[:len(prompts)]]
 
 
-def synthetic_prompts(tokenizer, n: int, *, vision: bool, seed: int = 0):
-    """Driving prompts (the dataset's template, random ego state) with random 64x64 images (vision)."""
+def synthetic_prompts(tokenizer, n: int, *, vision: bool, seed: int = 0, image_processor=None):
+    """Driving prompts (the dataset's template, random ego state) with random 64x64 images (vision), encoded
+    with the model's image processor (`models.image_processor_for`)."""
     import numpy as np
 
     rng = np.random.default_rng(seed)
@@ -39,5 +40,5 @@ def synthetic_prompts(tokenizer, n: int, *, vision: bool, seed: int = 0):
         (vx, vy), (ax, ay) = rng.normal(8, 3, 2), rng.normal(0, 1, 2)
         text = PROMPT_TEMPLATE.format(command=COMMANDS[i % len(COMMANDS)], vx=vx, vy=vy, ax=ax, ay=ay)
         images = [rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)] if vision else []
-        out.append(encode_prompt(tokenizer, text, images, vision=vision))
+        out.append(encode_prompt(tokenizer, text, images, vision=vision, image_processor=image_processor))
     return out
