@@ -81,7 +81,8 @@ def _expect_geometry(w, prompt):
 def test_every_prompt_path_uses_the_models_geometry(world):
     from wamdiff.decoding.bench import load_wamdiff2_json, synthetic_prompts
     from wamdiff.decoding.cli import app as bench_app
-    from wamdiff.eval.planners import make_planner, plan_all
+    from wamdiff.eval.planners import make_planner, plan_scenes
+    from wamdiff.eval.specs import parse_specs
     from wamdiff.eval.synthetic import straight_road_scene
     from wamdiff.evaluate import stage_qa
     from wamdiff.models import load_model
@@ -115,7 +116,8 @@ def test_every_prompt_path_uses_the_models_geometry(world):
     scenes = [straight_road_scene(speed=8.0, scene_id=f"g{i}") for i in range(2)]
     for s in scenes:
         s.image = np.zeros((64, 64, 3), np.uint8)
-    plans = plan_all(make_planner(f"model:{conv},mode=block,block=4,steps=2,max_new_tokens=8"), scenes)
+    text = f"model:{conv},mode=block,block=4,steps=2,max_new_tokens=8"
+    plans = plan_scenes(make_planner(parse_specs([text])[text]), scenes)
     assert all(p.forwards > 0 and "raised" not in p.reason for p in plans), [p.reason for p in plans]
 
     # bench: both prompt builders, and the CLI end to end
@@ -132,8 +134,10 @@ def test_every_prompt_path_uses_the_models_geometry(world):
 
     # the pipeline's QA evaluation
     (w.root / "data" / "test_qa.json").write_text(w.data["val_qa"].read_text())
-    p = SimpleNamespace(cfg={"evaluate": {"planners": {"m": "stage:m"}, "qa_samples": 2}}, data_dir=w.root / "data",
-                        checkpoint=lambda stage: conv, stage_decode=lambda spec: ("m", {"mode": "block", "block": 4, "steps": 2}))
+    spec_text = f"model:{conv},mode=block,block=4,steps=2"
+    qa_spec = parse_specs([spec_text])[spec_text]
+    p = SimpleNamespace(cfg={"evaluate": {"qa_samples": 2}}, data_dir=w.root / "data",
+                        planners=lambda: {"m": replace(qa_spec, text="stage:m")})
     assert stage_qa(p)["planners"]["m"]["n"] == 2
 
 
