@@ -118,12 +118,12 @@ def test_bins_are_stable_for_any_tokenizer_with_the_bin_tokens(qwen_fixed1):
 def test_model_grammar_command_reports_positions_or_the_error(tmp_path, qwen_text2, qwen_fixed1):
     from typer.testing import CliRunner
 
-    from wamdiff.models.cli import app
+    from wamdiff.cli import app  # the root app: the command is wired there, under its error policy
 
     for name, tok in (("merged", qwen_fixed1), ("text2", qwen_text2)):
         tok.save_pretrained(tmp_path / name)
         (tmp_path / name / "config.json").write_text("{}")
-    ok = CliRunner().invoke(app, ["grammar", str(tmp_path / "merged"), "--format", "fixed1"])
+    ok = CliRunner().invoke(app, ["model", "grammar", str(tmp_path / "merged"), "--format", "fixed1"])
     assert ok.exit_code == 0 and "96 answer tokens" in ok.output, ok.output
-    bad = CliRunner().invoke(app, ["grammar", str(tmp_path / "text2"), "--format", "fixed1"])
+    bad = CliRunner().invoke(app, ["model", "grammar", str(tmp_path / "text2"), "--format", "fixed1"])
     assert bad.exit_code == 2 and "stable positions" in " ".join(bad.output.replace("│", " ").split())

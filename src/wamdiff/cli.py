@@ -46,6 +46,8 @@ for _name, _module, _help in _SUBCOMMANDS:
     app.add_typer(_sub, name=_name, help=_help)
     if _name == "data":
         _data_app = _sub
+    if _name == "model":
+        _model_app = _sub
 
 
 def _wire_aggregate() -> None:
@@ -55,6 +57,9 @@ def _wire_aggregate() -> None:
     except ImportError:  # pragma: no cover - eval unavailable: the data commands still work
         return
     _data_app.command("aggregate")(aggregate)
+    from wamdiff.decoding.cli import grammar
+
+    _model_app.command("grammar")(grammar)  # models sit below decoding: the grammar check is wired here
 
 
 _wire_aggregate()

@@ -118,3 +118,27 @@ def bench(
     journal.unlink(missing_ok=True)  # complete: the next run measures afresh
     print_table(result, console)
     console.print(f"wrote {out / 'bench.json'} and {out / 'bench.png'}")
+
+
+def grammar(
+    path: Path = typer.Argument(..., help="Checkpoint directory (its tokenizer is used)."),
+    fmt: str = typer.Option("fixed1", "--format", help="Fixed-width trajectory format: fixed1, fixed2, bins or delta."),
+) -> None:
+    """Whether a fixed-width format has stable token positions under a checkpoint's tokenizer (its grammar).
+
+    `wamdiff model grammar`: wired by the root CLI, since it needs the decoding layer."""
+    from rich.console import Console
+    from transformers import AutoTokenizer
+
+    from wamdiff.decoding.grammar import Grammar
+    from wamdiff.errors import UserError
+    from wamdiff.models.tokenizer import add_special_tokens
+
+    if not (path / "config.json").is_file():
+        raise UserError(f"{path}: not a model directory (no config.json)")
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    add_special_tokens(tokenizer)  # as load_model does: the bin tokens and the mask
+    g = Grammar.for_format(tokenizer, fmt)  # ValueError names the format, the tokenizer and the characters
+    widths = [len(c) for c in g.classes[:-1]]
+    Console().print(f"{fmt}: {len(widths)} answer tokens + end of turn; allowed tokens per position: "
+                  + " ".join(map(str, widths[:24])) + (" ..." if len(widths) > 24 else ""))

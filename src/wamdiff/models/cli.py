@@ -70,30 +70,6 @@ def convert(
 
 
 @app.command()
-def grammar(
-    path: Path = typer.Argument(..., help="Checkpoint directory (its tokenizer is used)."),
-    fmt: str = typer.Option("fixed1", "--format", help="Fixed-width trajectory format: fixed1, fixed2 or bins."),
-) -> None:
-    """Whether a fixed-width format has stable token positions under a checkpoint's tokenizer (its grammar)."""
-    from transformers import AutoTokenizer
-
-    from wamdiff.decoding.grammar import Grammar
-    from wamdiff.models.tokenizer import add_special_tokens
-
-    try:
-        if not (path / "config.json").is_file():
-            raise ValueError(f"{path}: not a model directory (no config.json)")
-        tokenizer = AutoTokenizer.from_pretrained(path)
-        add_special_tokens(tokenizer)  # as load_model does: the bin tokens and the mask
-        g = Grammar.for_format(tokenizer, fmt)
-    except ValueError as err:
-        raise typer.BadParameter(str(err)) from err
-    widths = [len(c) for c in g.classes[:-1]]
-    console.print(f"{fmt}: {len(widths)} answer tokens + end of turn; allowed tokens per position: "
-                  + " ".join(map(str, widths[:24])) + (" ..." if len(widths) > 24 else ""))
-
-
-@app.command()
 def info(path: Path = typer.Argument(..., help="Checkpoint directory.")) -> None:
     """Parameters, sizes and diffusion settings of a checkpoint."""
     from wamdiff.models import model_info

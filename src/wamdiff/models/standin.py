@@ -57,14 +57,14 @@ def _deepstack(indexes: list[int], full_depth: int, depth: int, text_layers: int
 
 
 def standin_corpus() -> list[str]:
-    """What the stand-in tokenizer learns its merges from: the world's prompts and text2 waypoint strings."""
+    """What the stand-in tokenizer learns its merges from: the world's prompts and waypoint-like number lists
+    (comma-separated, two decimals, as the text2 answers; models sit below the driving layer, so not its formatter)."""
     import numpy as np
 
-    from wamdiff.driving.trajectory import format_trajectory
     from wamdiff.models.tokenizer import training_corpus
 
     rng = np.random.default_rng(0)
-    answers = [format_trajectory(np.stack([np.sort(rng.uniform(0, 80, 8)), rng.uniform(-6, 6, 8)], 1), "text2")
+    answers = [",".join(f"{v:.2f}" for v in np.stack([np.sort(rng.uniform(0, 80, 8)), rng.uniform(-6, 6, 8)], 1).reshape(-1))
                for _ in range(200)]
     return training_corpus() + answers
 
