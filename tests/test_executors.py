@@ -50,21 +50,9 @@ def test_process_executor_maps_in_order_with_initializer_and_errors(workers):
 
 
 # -- Ray ----------------------------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def local_ray():
-    """One local Ray (loopback, 2 CPUs) for the module; executors find it initialised and leave it running."""
-    pytest.importorskip("ray", reason="Ray is the optional extra: pip install 'wamdiff[ray]'")
-    from wamdiff.executors import init_ray
-
-    ray, started = init_ray(ExecutorConfig("ray", 2))
-    # the jobs above live in this test module, which Ray workers cannot import: send them by value
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    yield ray
-    if started:
-        ray.shutdown()
-
-
 def test_ray_executor_equals_process_pool(local_ray):
+    # the jobs above live in this test module, which Ray workers cannot import: send them by value
+    local_ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     ray_cfg = ExecutorConfig("ray", 2)
     with open_executor(ray_cfg, _init_worker, ("/tmp/ray",)) as ex:
         assert ex.map(square, range(9)) == [i * i for i in range(9)]

@@ -70,10 +70,14 @@ class Executor:
     def imap_unordered(self, fn: Callable, jobs: Iterable, chunksize: int = 1) -> Iterator:
         raise NotImplementedError
 
+    def as_completed(self, fn: Callable, jobs: Iterable) -> Iterator[tuple[int, object]]:
+        """(job index, result) pairs as the jobs finish."""
+        return self.imap_unordered(_Indexed(fn), list(enumerate(jobs)))
+
     def map(self, fn: Callable, jobs: Iterable) -> list:
-        indexed = list(enumerate(jobs))
-        out = [None] * len(indexed)
-        for i, result in self.imap_unordered(_Indexed(fn), indexed):
+        jobs = list(jobs)
+        out = [None] * len(jobs)
+        for i, result in self.as_completed(fn, jobs):
             out[i] = result
         return out
 
@@ -102,6 +106,16 @@ def open_executor(config: ExecutorConfig, initializer: Callable | None = None, i
             yield ex
     else:
         with _RayExecutor.open(config, initializer, initargs) as ex:
+            yield ex
+
+
+@contextmanager
+def parallel_executor(config: ExecutorConfig | None) -> Iterator[Executor | None]:
+    """The open executor of `config`, or None where the work runs inline here (no config, or one process)."""
+    if config is None or config.inline:
+        yield None
+    else:
+        with open_executor(config) as ex:
             yield ex
 
 
@@ -253,4 +267,4 @@ def _short(job, width: int = 80) -> str:
 
 
 __all__ = ["EXECUTOR_HELP", "EXECUTOR_KINDS", "Executor", "ExecutorConfig", "RAY_ADDRESS_HELP", "WorkerLost",
-           "import_ray", "init_ray", "open_executor"]
+           "import_ray", "init_ray", "open_executor", "parallel_executor"]
