@@ -45,6 +45,8 @@ for _name, _module, _help in _SUBCOMMANDS:
         _sub = typer.Typer(help=f"{_help} [unavailable: {_err}]")
     app.add_typer(_sub, name=_name, help=_help)
 
+app.add_typer(importlib.import_module("wamdiff.serve.cli").app)  # `wamdiff serve`, `wamdiff serve-bench`: at the root
+
 
 @app.callback()
 def _root(

@@ -182,7 +182,7 @@ def evaluate_closed(planners: dict[str, PlannerSpec], routes: list, out: str | P
     with _progress(console) as prog, parallel_executor(executor) as ex:
         for name, spec in planners.items():
             planner, fallback = built[name]
-            rs = routes[:model_routes] if spec.kind == "model" and model_routes is not None else routes
+            rs = routes[:model_routes] if spec.learned and model_routes is not None else routes
             task = prog.add_task(f"{name}: closed loop", total=len(rs))
             t0 = time.perf_counter()
             if ex is not None:
