@@ -112,15 +112,18 @@ def test_waiting_requests_are_batched_in_arrival_order_up_to_the_size_bound():
     assert batcher.stats.as_dict()["batch_sizes"] == {"2": 1, "4": 2}
 
 
-def test_a_lone_request_waits_at_most_the_latency_bound():
+def test_a_lone_request_waits_for_company_only_after_a_shared_batch():
     rec = Recorder()
-    batcher = DynamicBatcher(rec, BatchingConfig(max_batch=8, max_wait_ms=30))
-    result, timing = batcher.submit(1).result(timeout=10)
-    late = batcher.submit(2)  # arrives after the first batch left: its own batch
-    assert late.result(timeout=10)[0] == 20
+    batcher = DynamicBatcher(rec, BatchingConfig(max_batch=8, max_wait_ms=1000), start=False)
+    pair = [batcher.submit(1), batcher.submit(2)]
+    batcher.start()
+    assert [f.result(timeout=10)[1].batch_size for f in pair] == [2, 2]
+    _, waited = batcher.submit(3).result(timeout=10)  # after a batch of two: it waits the bound for others, then goes
+    _, at_once = batcher.submit(4).result(timeout=10)  # after a lone batch: no one to wait for
     batcher.stop()
-    assert result == 10 and timing.batch_size == 1 and rec.batches == [[1], [2]]
-    assert timing.queue_s >= 0.025  # it waited for company (the bound), then went alone
+    assert rec.batches == [[1, 2], [3], [4]]
+    assert waited.batch_size == at_once.batch_size == 1
+    assert waited.queue_s >= 0.99 and at_once.queue_s < 0.5  # the bound (1 s) against none: far apart on any machine
 
 
 def test_a_model_failure_is_the_failing_requests_own():

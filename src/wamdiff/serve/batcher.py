@@ -2,7 +2,8 @@
 
 One decoder thread takes the oldest waiting request and, with it, every request that arrives until either
 `max_batch` are waiting or the oldest has waited `max_wait_ms`; requests that queued while the decoder was busy
-have waited already and go at once. The batch is one `run_batch(items)` call. If that call raises, each request
+have waited already and go at once. A request that comes alone after a lone batch (one client at a time) goes at
+once too: waiting for company that has not shown up for a whole batch only adds latency. The batch is one `run_batch(items)` call. If that call raises, each request
 of the batch is run again alone, so a request the model fails on gets its own error and the others their results.
 
 Why no continuous batching (a finished sample leaving at a block boundary, a waiting request joining): `decoding`
@@ -69,6 +70,7 @@ class DynamicBatcher:
         self.stats = BatcherStats()
         self._queue: queue.Queue[_Item] = queue.Queue()
         self._stop = threading.Event()
+        self._alone = True  # the last batch had one request and none arrived while it ran
         self._thread = threading.Thread(target=self._loop, name="wamdiff-batcher", daemon=True)
         if start:
             self.start()
@@ -102,6 +104,8 @@ class DynamicBatcher:
 
     def _collect(self, first: _Item) -> list[_Item]:
         batch = [first]
+        if self._alone and self._queue.empty():
+            return batch
         deadline = first.arrived + self.config.max_wait_ms / 1e3
         while len(batch) < self.config.max_batch:
             left = deadline - time.perf_counter()
@@ -117,7 +121,9 @@ class DynamicBatcher:
                 first = self._queue.get(timeout=0.1)
             except queue.Empty:
                 continue
-            self._run(self._collect(first))
+            batch = self._collect(first)
+            self._run(batch)
+            self._alone = len(batch) == 1 and self._queue.empty()
 
     def _run(self, batch: list[_Item]) -> None:
         start = time.perf_counter()
