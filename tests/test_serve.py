@@ -297,3 +297,18 @@ def test_an_unreachable_server_is_a_one_line_error_before_anything_runs(tmp_path
 ])
 def test_serve_refuses_bad_settings_in_one_line(args, words):
     assert_user_error(cli("serve", *args, "--port", "0"), words)
+
+
+@pytest.mark.slow
+def test_serve_bench_runs_bounded_on_loopback(tmp_path):
+    """`wamdiff serve-bench` end to end with tiny bounds: a server process, 1 and 2 clients, a report."""
+    from wamdiff.driving.dataset import generate_dataset
+    from wamdiff.serve.bench import BenchSettings, run_serve_bench
+
+    data = tmp_path / "data"
+    generate_dataset(data, ["highway"], "test", n=2, workers=1, progress=False, camera={"look_ahead": 0.0, "route": False})
+    report = run_serve_bench([("diffusion", SERVED, "block")], data, tmp_path / "out",
+                             BenchSettings([1, 2], requests=3, seconds=30.0, max_batch=4))
+    levels = report["targets"]["diffusion"]["levels"]
+    assert [lv["n"] for lv in levels.values()] == [3, 3] and all(lv["http_errors"] == 0 for lv in levels.values())
+    assert report["targets"]["diffusion"]["blocks_per_answer"] and (tmp_path / "out" / "serve_bench.md").exists()

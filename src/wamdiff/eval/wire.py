@@ -124,6 +124,15 @@ def decode_image(png: bytes, size: int | None) -> np.ndarray:
     return np.ascontiguousarray(arr, np.uint8)
 
 
+def _check_fields(given, expected: tuple[str, ...], what: str) -> None:
+    """Every expected field present and no other (a typo is a 422, never silently ignored)."""
+    missing = [f for f in expected if f not in given]
+    unknown = sorted(set(given) - set(expected))
+    for names, word in ((missing, "missing"), (unknown, "unknown")):
+        if names:
+            raise BadRequest(422, f"{word} {what}(s) {', '.join(names)} (a request has {', '.join(expected)})")
+
+
 def parse_json_request(body: bytes, size: int | None) -> PlanInput:
     try:
         data = json.loads(body)
@@ -131,12 +140,7 @@ def parse_json_request(body: bytes, size: int | None) -> PlanInput:
         raise BadRequest(400, f"body is not valid JSON ({err})") from None
     if not isinstance(data, dict):
         raise BadRequest(400, f"body must be a JSON object with fields {', '.join(JSON_FIELDS)}")
-    missing = [f for f in JSON_FIELDS if f not in data]
-    if missing:
-        raise BadRequest(422, f"missing field(s) {', '.join(missing)} (a request has {', '.join(JSON_FIELDS)})")
-    unknown = sorted(set(data) - set(JSON_FIELDS))
-    if unknown:
-        raise BadRequest(422, f"unknown field(s) {', '.join(unknown)} (a request has {', '.join(JSON_FIELDS)})")
+    _check_fields(data, JSON_FIELDS, "field")
     if not isinstance(data["image"], str):
         raise BadRequest(422, "field image: expected a base64 string of PNG bytes")
     try:
@@ -150,12 +154,7 @@ def parse_json_request(body: bytes, size: int | None) -> PlanInput:
 
 
 def parse_png_request(body: bytes, query: dict, size: int | None) -> PlanInput:
-    missing = [f for f in QUERY_FIELDS if f not in query]
-    if missing:
-        raise BadRequest(422, f"missing query parameter(s) {', '.join(missing)} (a PNG body needs ?command=..&vx=..&vy=..&ax=..&ay=..)")
-    unknown = sorted(set(query) - set(QUERY_FIELDS))
-    if unknown:
-        raise BadRequest(422, f"unknown query parameter(s) {', '.join(unknown)}")
+    _check_fields(query, QUERY_FIELDS, "query parameter")
     velocity = (_number(query["vx"], "vx", MAX_SPEED), _number(query["vy"], "vy", MAX_SPEED))
     acceleration = (_number(query["ax"], "ax", MAX_ACCEL), _number(query["ay"], "ay", MAX_ACCEL))
     return PlanInput(decode_image(body, size), _command(query["command"]), velocity, acceleration)

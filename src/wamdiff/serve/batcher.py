@@ -3,8 +3,9 @@
 One decoder thread takes the oldest waiting request and, with it, every request that arrives until either
 `max_batch` are waiting or the oldest has waited `max_wait_ms`; requests that queued while the decoder was busy
 have waited already and go at once. A request that comes alone after a lone batch (one client at a time) goes at
-once too: waiting for company that has not shown up for a whole batch only adds latency. The batch is one `run_batch(items)` call. If that call raises, each request
-of the batch is run again alone, so a request the model fails on gets its own error and the others their results.
+once too: waiting for company that has not shown up for a whole batch only adds latency. The batch is one
+`run_batch(items)` call. If that call raises, each request of the batch is run again alone, so a request the model
+fails on gets its own error and the others their results.
 
 Why no continuous batching (a finished sample leaving at a block boundary, a waiting request joining): `decoding`
 decodes a batch as one call, and in the fixed-width answer formats of the shipped checkpoints every answer has the
