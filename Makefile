@@ -7,7 +7,7 @@ export OMP_NUM_THREADS ?= 2
 export SDL_VIDEODRIVER := offscreen
 export PYGAME_HIDE_SUPPORT_PROMPT := 1
 
-.PHONY: install test test-slow test-byoc test-gpu demo bench pipeline clean
+.PHONY: install test test-slow test-byoc test-gpu demo bench serve-bench ray-bench pipeline clean
 
 install: $(STAMP)
 
@@ -15,7 +15,7 @@ install: $(STAMP)
 $(STAMP): requirements.txt pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q $(if $(wildcard /opt/wheels),--find-links /opt/wheels) torch==2.13.0
-	$(BIN)/pip install -q -r requirements.txt
+	$(BIN)/pip install -q -r requirements.txt  # includes ray, the optional extra wamdiff[ray], so the Ray tests run
 	$(BIN)/pip install -q --no-deps -e .
 	touch $(STAMP)
 
@@ -44,6 +44,23 @@ bench: $(STAMP)
 	$(BIN)/wamdiff data generate --split test --n 8 --out runs/bench/data --fmt fixed1
 	$(BIN)/wamdiff bench --checkpoint checkpoints/block32_more --ar-checkpoint checkpoints/ar_sft \
 		--data runs/bench/data/test.json --n-prompts 16 --threads 1 --format fixed1 --out runs/bench $(BENCH_ARGS)
+
+# The planner server under load on loopback (127.0.0.1 only): diffusion (B32) and AR servers, 1 / 8 / 32 concurrent
+# clients, each level bounded by SERVE_REQUESTS requests and SERVE_SECONDS seconds (stops by itself), against
+# in-process decoding. The shipped checkpoints predate camera recording: their scenes use the legacy camera.
+SERVE_REQUESTS ?= 64
+SERVE_SECONDS ?= 60
+serve-bench: $(STAMP)
+	$(BIN)/wamdiff data generate --split test --n 8 --out runs/serve-bench/data --fmt fixed1 --look-ahead 0 --no-route
+	$(BIN)/wamdiff serve-bench --checkpoint checkpoints/block32_more --ar-checkpoint checkpoints/ar_sft \
+		--data runs/serve-bench/data --out runs/serve-bench --requests $(SERVE_REQUESTS) --seconds $(SERVE_SECONDS)
+
+# Ray executor vs the process pool on a 200-scene generation (50 per family, 2 workers; fresh folders each time).
+ray-bench: $(STAMP)
+	rm -rf runs/ray-bench
+	$(BIN)/wamdiff data generate --split val --n 50 --workers 2 --executor process --out runs/ray-bench/pool
+	$(BIN)/wamdiff data generate --split val --n 50 --workers 2 --executor ray --out runs/ray-bench/ray
+	$(BIN)/python -c "import json; s = {k: json.load(open(f'runs/ray-bench/{k}/manifest.json'))['splits']['val']['last_run']['seconds'] for k in ('pool', 'ray')}; print(f\"pool {s['pool']:.1f} s, ray {s['ray']:.1f} s: ray overhead {100 * (s['ray'] / s['pool'] - 1):+.1f} %\")"
 
 pipeline: $(STAMP)
 	$(BIN)/wamdiff pipeline --config configs/default.yaml

@@ -8,3 +8,19 @@ os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
 import torch  # noqa: E402
 
 torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def local_ray():
+    """One local Ray (loopback, 2 CPUs) for the whole run, started by the first test that needs it; executors find
+    it initialised and leave it running. Skipped where Ray (the optional extra `wamdiff[ray]`) is not installed."""
+    pytest.importorskip("ray", reason="Ray is the optional extra: pip install 'wamdiff[ray]'")
+    from wamdiff.executors import ExecutorConfig, init_ray
+
+    ray, started = init_ray(ExecutorConfig("ray", 2))
+    yield ray
+    if started:
+        ray.shutdown()

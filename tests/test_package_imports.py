@@ -14,13 +14,13 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "wamdiff"
 
 # Lowest first; an area may import its own layer's modules and any layer below, never one above.
 LAYERS = [
-    {"wamdiff", "_lazy", "jsonfile", "provenance", "comfort_bounds", "errors", "outdir"},
+    {"wamdiff", "_lazy", "jsonfile", "provenance", "comfort_bounds", "errors", "outdir", "executors"},
     {"diffusion"},
     {"models"},
     {"driving"},
     {"decoding"},
     {"eval", "training"},
-    {"evaluate", "report"},
+    {"evaluate", "report", "serve"},
     {"pipeline"},
     {"cli"},
 ]

@@ -64,6 +64,8 @@ def _wire_aggregate() -> None:
 
 _wire_aggregate()
 
+app.add_typer(importlib.import_module("wamdiff.serve.cli").app)  # `wamdiff serve`, `wamdiff serve-bench`: at the root
+
 
 @app.callback()
 def _root(

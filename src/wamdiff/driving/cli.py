@@ -10,6 +10,7 @@ import typer
 
 from wamdiff.driving.render import CameraConfig
 from wamdiff.errors import UserError
+from wamdiff.executors import EXECUTOR_HELP, RAY_ADDRESS_HELP
 
 os.environ.setdefault("SDL_VIDEODRIVER", "offscreen")
 os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
@@ -33,7 +34,9 @@ def generate(
     split: str = typer.Option("train", help="train | val | test (disjoint seed ranges)."),
     n: int = typer.Option(100, "--n", min=1, help="Kept scenes per family."),
     out: Path = typer.Option(..., "--out", help="Dataset folder (created; re-running resumes)."),
-    workers: int = typer.Option(2, min=1, help="Worker processes."),
+    workers: int = typer.Option(2, min=1, help="Worker processes (with --executor ray and no --ray-address: local Ray CPUs)."),
+    executor: str = typer.Option("process", help=EXECUTOR_HELP),
+    ray_address: str = typer.Option(None, help=RAY_ADDRESS_HELP),
     fmt: str = typer.Option("text2", help="Answer format: text2 | text1 | fixed1 | fixed2 | bins."),
     density: float = typer.Option(1.0, help="Traffic density multiplier."),
     speed_scale: float = typer.Option(1.0, help="Multiplies desired speeds."),
@@ -47,12 +50,13 @@ def generate(
     from rich.table import Table
 
     from wamdiff.driving.dataset import generate_dataset
+    from wamdiff.executors import ExecutorConfig
 
     fams = _families(family)
     stats = generate_dataset(out, fams, split, n, workers, fmt,
                              camera={"size": image_size, "pixels_per_meter": pixels_per_meter, "look_ahead": look_ahead,
                                      "route": route},
-                             density=density, speed_scale=speed_scale)
+                             executor=ExecutorConfig(executor, workers, ray_address), density=density, speed_scale=speed_scale)
     manifest = json.loads((out / "manifest.json").read_text())["splits"][split]
     table = Table(title=f"{split}: {manifest['total']} scenes in {out}")
     for col in ("family", "kept", "attempted", "drop rate", "comfort pass", "drop reasons", "commands"):

@@ -21,9 +21,7 @@ another world config or camera is refused. One run at a time per DIR (a lock, `w
 from __future__ import annotations
 
 import json
-import multiprocessing as mp
 import os
-import signal
 import time
 import warnings
 from collections import Counter, defaultdict
@@ -31,6 +29,7 @@ from pathlib import Path
 
 from wamdiff.driving.world import FAMILIES
 from wamdiff.errors import UserError
+from wamdiff.executors import ExecutorConfig, open_executor
 
 SPLIT_SEED_BASE = {"train": 0, "val": 10_000_000, "test": 20_000_000}
 SPLIT_SEED_SPAN = 10_000_000
@@ -72,14 +71,11 @@ def job_out(_job) -> Path:
     return _OUT
 
 
-def _init_worker(out: str, pool_worker: bool = True) -> None:
+def _init_worker(out: str) -> None:
+    """Run once in every worker (`wamdiff.executors`: pool workers also ignore SIGINT there)."""
     global _OUT
     _OUT = Path(out)
     os.environ.setdefault("SDL_VIDEODRIVER", "offscreen")
-    if pool_worker:
-        # Ctrl-C reaches the whole process group: only the main process acts on it (it terminates the pool);
-        # a worker dying of KeyboardInterrupt would be respawned by the pool and its task lost
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _read_drops(path: Path) -> dict[tuple[str, int], dict]:
@@ -154,11 +150,14 @@ def _merged_targets(out: Path, split: str, families: tuple[str, ...], n: int, wo
 
 
 def generate_dataset(out: str | Path, families=FAMILIES, split: str = "train", n: int = 100, workers: int = 2,
-                     fmt: str = "text2", camera: dict | None = None, progress: bool = True, **world_cfg) -> dict:
+                     fmt: str = "text2", camera: dict | None = None, progress: bool = True,
+                     executor: ExecutorConfig | None = None, **world_cfg) -> dict:
     """Make (or complete) `n` kept scenes per family for `split` in `out`; returns this run's stats.
 
     Re-running merges (see `_merged_targets`); the folder is locked for the run (`claim_output_dir`). An
-    interruption (Ctrl-C, kill) leaves finished scenes and the drop log, from which the next run resumes.
+    interruption (Ctrl-C, kill, a lost worker) leaves finished scenes and the drop log, from which the next run
+    resumes. `executor`: where the scenes are simulated (default: a process pool of `workers`; Ray gives the same
+    files).
     """
     from wamdiff.driving.trajectory import FORMATS
     from wamdiff.outdir import claim_output_dir
@@ -174,13 +173,15 @@ def generate_dataset(out: str | Path, families=FAMILIES, split: str = "train", n
     split_seed(split, 0)
     out = Path(out)
     camera = dict(camera or {})
+    executor = executor or ExecutorConfig("process", int(workers))
     with claim_output_dir(out):
         targets = _merged_targets(out, split, families, n, world_cfg, camera)
-        return _generate(out, targets, split, workers, fmt, camera, progress, world_cfg)
+        return _generate(out, targets, split, executor, fmt, camera, progress, world_cfg)
 
 
-def _generate(out: Path, targets: dict[str, int], split: str, workers: int, fmt: str, camera: dict, progress: bool,
-              world_cfg: dict) -> dict:
+def _generate(out: Path, targets: dict[str, int], split: str, executor: ExecutorConfig, fmt: str, camera: dict,
+              progress: bool, world_cfg: dict) -> dict:
+    workers = executor.workers
     scenes_dir = out / "scenes"
     scenes_dir.mkdir(parents=True, exist_ok=True)
     _remove_leftovers(scenes_dir)
@@ -213,15 +214,10 @@ def _generate(out: Path, targets: dict[str, int], split: str, workers: int, fmt:
         from tqdm import tqdm
 
         bar = tqdm(total=len(jobs), desc=f"{split} scenes", unit="scene", dynamic_ncols=True)
-    pool = mp.get_context("fork" if os.name == "posix" else "spawn").Pool(workers, _init_worker, (str(out),)) if workers > 1 else None
-    if pool is None:
-        _init_worker(str(out), pool_worker=False)
-    finished = False
     try:
-        with open(drops_path, "a") as drop_log:
+        with open(drops_path, "a") as drop_log, open_executor(executor, _init_worker, (str(out),)) as pool:
             while jobs:
-                results = pool.imap_unordered(_work, jobs, chunksize=2) if pool else map(_work, jobs)
-                for r in results:
+                for r in pool.imap_unordered(_work, jobs, chunksize=2):
                     done.add((r["family"], r["seed"]))
                     cpu_seconds += r["cpu_seconds"]
                     if r["status"] == "drop":
@@ -240,14 +236,7 @@ def _generate(out: Path, targets: dict[str, int], split: str, workers: int, fmt:
                 if bar is not None and jobs:
                     bar.total += len(jobs)
                     bar.refresh()
-        finished = True
-    finally:
-        if pool is not None:
-            if finished:
-                pool.close()
-            else:  # Ctrl-C or an error: stop the workers now instead of letting them finish the queue
-                pool.terminate()
-            pool.join()
+    finally:  # the executor stopped its workers (at once on Ctrl-C or an error)
         if bar is not None:
             bar.close()
     elapsed = time.perf_counter() - t0
@@ -261,6 +250,7 @@ def _generate(out: Path, targets: dict[str, int], split: str, workers: int, fmt:
         # what `workers` uncontended cores would do: wall numbers swing with other jobs on a shared machine
         "cpu_seconds_per_scene": cpu_seconds / (generated + dropped_now) if generated + dropped_now else None,
         "cpu_scenes_per_min": 60.0 * workers * (generated + dropped_now) / cpu_seconds if cpu_seconds > 0 else None,
+        "executor": executor.describe(),
     }
     write_split_files(out, split, selected, fmt)
     _update_manifest(out, split, targets, fmt, selected, drops, stats, world_cfg, camera)

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from wamdiff.errors import UserError
+from wamdiff.executors import EXECUTOR_HELP, RAY_ADDRESS_HELP
 from wamdiff.outdir import claim_for_command
 
 app = typer.Typer(help="Evaluate planners: NAVSIM-style PDMS, open-loop L2, closed-loop success.", no_args_is_help=True,
@@ -80,18 +81,24 @@ def pdms(
     drivable_tolerance: float = typer.Option(0.0, help="Grow the drivable area by this many metres (0 = NAVSIM)."),
     plots: int = typer.Option(6, min=0, help="BEV plots for this many scenes."),
     batch: int = typer.Option(64, min=1, help="Scenes per planner/scoring batch."),
+    executor: str = typer.Option("process", help=EXECUTOR_HELP + " Runs the reference planner and the scoring."),
+    workers: int = typer.Option(1, min=1, help="Scoring workers (1: in this process; with ray and no address: local Ray CPUs)."),
+    ray_address: str = typer.Option(None, help=RAY_ADDRESS_HELP),
 ) -> None:
     """NAVSIM v1.1 PDM Score per scene and aggregated, for one or more planners (open-loop metrics from the same
     plans are written too)."""
+    from wamdiff.executors import ExecutorConfig
+
     from .pdms import EPDMS_METRICS, METRICS, PDMSConfig
     from .run import OpenLoopSettings, evaluate_open, headline_columns
 
+    fan_out = ExecutorConfig(executor, workers, ray_address)
     specs = _specs(planner)
     claim_for_command(out)  # writable and ours before any planning
     scenes, problems = _load(data, split, families, limit)
     cfg = PDMSConfig(use_pacifica=pacifica, drivable_tolerance=drivable_tolerance, epdms=epdms,
                      reference_cache=str(Path(out) / "reference_cache"))
-    results = evaluate_open(specs, scenes, out, OpenLoopSettings(pdms=cfg, batch=batch, plots=plots),
+    results = evaluate_open(specs, scenes, out, OpenLoopSettings(pdms=cfg, batch=batch, plots=plots, executor=fan_out),
                             unreadable=problems, console=console)
     aggregates = {name: r["pdms"] for name, r in results.items()}
     metrics = [*METRICS, *(EPDMS_METRICS if epdms else ())]
@@ -142,14 +149,20 @@ def closedloop(
     strips: int = typer.Option(2, min=0, help="Frame strips for this many routes per planner."),
     batch: int = typer.Option(0, min=0, help="Routes driven in lockstep, their replans batched into one planner call "
                                       "(0: all routes of the set)."),
+    executor: str = typer.Option("process", help=EXECUTOR_HELP + " Drives route shards in parallel."),
+    workers: int = typer.Option(1, min=1, help="Route shards driven at once (1: all here, in lockstep)."),
+    ray_address: str = typer.Option(None, help=RAY_ADDRESS_HELP),
 ) -> None:
     """Bench2Drive-style closed loop: re-plan every 0.5 s, track at 10 Hz, reactive traffic.
 
     All routes advance in lockstep so that each replan step is ONE batched planner call; results equal
     driving the routes one by one."""
+    from wamdiff.executors import ExecutorConfig
+
     from .closedloop import route_set
     from .run import evaluate_closed, headline_columns
 
+    fan_out = ExecutorConfig(executor, workers, ray_address)
     specs = _specs(planner)
     fams = [f.strip() for f in families.split(",")] if families else None
     try:
@@ -157,7 +170,8 @@ def closedloop(
     except ValueError as err:
         raise UserError(f"--routes/--families: {err}") from None
     claim_for_command(out)  # writable and ours before any driving
-    results = evaluate_closed(specs, rset, out, record_frames=strips, batch=batch or None, route_set=routes, console=console)
+    results = evaluate_closed(specs, rset, out, record_frames=strips, batch=batch or None, route_set=routes, console=console,
+                              executor=fan_out)
     _table("closed loop (" + next(iter(results.values()))["version"] + ")", results,
            headline_columns(results, ["n", "success_rate", "route_completion", "driving_score", "efficiency", "comfort",
                                       "n_crashed", "n_crashed_not_at_fault", "success_rate_excl_not_at_fault", "n_timeout",

@@ -147,6 +147,11 @@ class ModelPlanner:
         return self._model, self._tokenizer
 
     @property
+    def model(self):
+        """The loaded model (loads the checkpoint on first use)."""
+        return self._load()[0]
+
+    @property
     def camera(self):
         """The camera this checkpoint was trained with (`config.wamdiff_camera`), so the closed loop renders the same."""
         from wamdiff.driving.render import CameraConfig
@@ -191,12 +196,97 @@ class ModelPlanner:
         return out
 
 
+# -- planner server ----------------------------------------------------------------------------------
+HTTP_TIMEOUT_S = 300.0  # per request: a loaded server may queue a request behind several batches
+HTTP_CONNECT_TIMEOUT_S = 5.0
+
+
+class HttpPlanner:
+    """A planner server (`wamdiff serve`) behind `http://HOST:PORT`: one `POST /plan` per scene, up to `spec.batch`
+    in flight at once so the server can batch them; the camera comes from its `GET /info`, so the closed loop
+    renders what the served model expects. A refused request (4xx), a model failure (5xx) or a lost connection is
+    that scene's failed plan, with the server's one-line reason."""
+
+    def __init__(self, spec: PlannerSpec):
+        import httpx
+
+        self.spec = spec
+        self.name = spec.text
+        self._client = httpx.Client(base_url=spec.url, timeout=httpx.Timeout(HTTP_TIMEOUT_S, connect=HTTP_CONNECT_TIMEOUT_S),
+                                    limits=httpx.Limits(max_connections=spec.batch, max_keepalive_connections=spec.batch))
+        self._info = None
+        self.info  # noqa: B018 - a server that does not answer is found now, like a missing checkpoint
+
+    def __getstate__(self):  # sent to executor workers as its spec: each worker opens its own connections
+        return {"spec": self.spec}
+
+    def __setstate__(self, state):
+        self.__init__(state["spec"])
+
+    @property
+    def info(self) -> dict:
+        """The server's `GET /info` (fetched once; a ValueError naming the spec when no server answers)."""
+        if self._info is None:
+            import httpx
+
+            try:
+                reply = self._client.get("/info", timeout=HTTP_CONNECT_TIMEOUT_S * 2)
+                reply.raise_for_status()
+                self._info = reply.json()
+            except (httpx.HTTPError, ValueError) as err:
+                raise ValueError(f"planner spec {self.spec.text!r}: no planner server answers at {self.spec.url} "
+                                 f"({type(err).__name__}: {' '.join(str(err).split())[:120]}); start one with "
+                                 "`wamdiff serve --checkpoint DIR --port PORT`") from None
+        return self._info
+
+    def prepare(self) -> None:
+        """Reach the server now (an unreachable server is a configuration error, not a failed plan)."""
+        self.info  # noqa: B018
+
+    @property
+    def camera(self):
+        from wamdiff.driving.render import CameraConfig
+
+        return CameraConfig.from_dict(self.info.get("camera"))
+
+    def _plan_one(self, scene) -> Plan:
+        import httpx
+
+        from wamdiff.eval.wire import scene_request
+
+        try:
+            reply = self._client.post("/plan", json=scene_request(scene))
+        except httpx.HTTPError as err:
+            return failed(f"planner server: {type(err).__name__}: {' '.join(str(err).split())[:160]}")
+        try:
+            body = reply.json()
+        except ValueError:
+            body = {}
+        if reply.status_code != 200:
+            return failed(f"planner server {reply.status_code}: {body.get('error', reply.text[:160])}")
+        timing = body.get("timing") or {}
+        xy = body.get("waypoints")
+        return Plan(None if xy is None else np.asarray(xy, float), text=body.get("text", ""), ok=bool(body.get("ok")),
+                    reason=body.get("reason", ""), forwards=int(timing.get("forwards", 0)),
+                    new_tokens=int(timing.get("new_tokens", 0)), latency_s=float(timing.get("total_ms", 0.0)) / 1e3)
+
+    def plan(self, scenes: list) -> list[Plan]:
+        from concurrent.futures import ThreadPoolExecutor
+
+        if len(scenes) <= 1:
+            return [self._plan_one(s) for s in scenes]
+        with ThreadPoolExecutor(max_workers=min(self.spec.batch, len(scenes))) as pool:
+            return list(pool.map(self._plan_one, scenes))
+
+
 # -- factory, guarded calls, opt-in fallback ----------------------------------------------------------
 def make_planner(spec: PlannerSpec | str, evaluator=None):
     """The planner of a spec (text is parsed first). `evaluator`: a PDMSEvaluator the reference may share."""
     spec = PlannerSpec.parse(spec) if isinstance(spec, str) else spec
     if spec.kind == "model":
         return ModelPlanner(spec)
+    if spec.kind == "http":
+        return HttpPlanner(spec)
     if spec.kind == "reference":
         return ReferencePlanner(evaluator)
     return {"expert": ExpertPlanner, "cv": ConstantVelocityPlanner}[spec.kind]()

@@ -24,6 +24,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from wamdiff.eval import fanout
 from wamdiff.eval.closedloop import aggregate_routes, run_routes
 from wamdiff.eval.openloop import aggregate_openloop, openloop_row
 from wamdiff.eval.pdms import EPDMS_METRICS, METRICS, PDMSConfig, PDMSEvaluator, aggregate
@@ -31,6 +32,7 @@ from wamdiff.eval.planners import fallback_planner, make_planner, plan_scenes
 from wamdiff.eval.report import plot_bev, plot_family_bars, plot_strip, plot_subscores, safe_name, write_csv
 from wamdiff.eval.specs import PlannerSpec
 from wamdiff.eval.route_diagnostics import failure_summary, plot_failure_timelines, plot_route_paths
+from wamdiff.executors import ExecutorConfig, parallel_executor
 from wamdiff.jsonfile import write_json
 
 
@@ -42,6 +44,7 @@ class OpenLoopSettings:
     batch: int = 64  # scenes per planner call and per scoring call
     plots: int = 0  # BEV plots for this many scenes, spread over families
     relative_to: str | dict | None = None  # open-loop reference: a planner name in `planners`, or its aggregate JSON
+    executor: ExecutorConfig | None = None  # PDMS reference + scoring fanned out (`eval.fanout`); None: in this process
 
 
 def progress_bar(console: Console | None) -> Progress:
@@ -71,16 +74,19 @@ def evaluate_open(planners: dict[str, PlannerSpec], scenes: list, out: str | Pat
             raise ValueError(f"relative_to: {reference!r} is not one of the planners {order}")
         order = [reference, *[n for n in order if n != reference]]
     results, plans_by, rows_by, timings = {}, {}, {}, {}
-    with progress_bar(console) as prog:
+    with progress_bar(console) as prog, parallel_executor(settings.executor) as ex:
         if ev is not None:  # 2.
             task = prog.add_task("reference planner", total=len(scenes))
             t0 = time.perf_counter()
-            for s in scenes:
-                try:
-                    ev.reference_poses(s)
-                except Exception:  # noqa: BLE001 - the scene becomes invalid at scoring, with the reason
-                    pass
-                prog.advance(task)
+            if ex is not None:
+                fanout.reference_plans(ev, scenes, ex, settings.batch, progress=lambda n: prog.advance(task, n))
+            else:
+                for s in scenes:
+                    try:
+                        ev.reference_poses(s)
+                    except Exception:  # noqa: BLE001 - the scene becomes invalid at scoring, with the reason
+                        pass
+                    prog.advance(task)
             timings["reference_s"] = time.perf_counter() - t0
         for name in order:
             spec, (planner, fallback) = planners[name], built[name]
@@ -96,9 +102,13 @@ def evaluate_open(planners: dict[str, PlannerSpec], scenes: list, out: str | Pat
             if ev is not None:  # 4.
                 task = prog.add_task(f"{name}: score", total=len(scenes))
                 rows, t0 = [], time.perf_counter()
-                for i in range(0, len(scenes), settings.batch):
-                    rows += ev.score(scenes[i: i + settings.batch], plans[i: i + settings.batch], name)
-                    prog.advance(task, len(scenes[i: i + settings.batch]))
+                if ex is not None:
+                    rows = fanout.score_plans(ev, scenes, plans, name, ex, settings.batch,
+                                              progress=lambda n, task=task: prog.advance(task, n))
+                else:
+                    for i in range(0, len(scenes), settings.batch):
+                        rows += ev.score(scenes[i: i + settings.batch], plans[i: i + settings.batch], name)
+                        prog.advance(task, len(scenes[i: i + settings.batch]))
                 score_s = time.perf_counter() - t0
                 agg = aggregate(rows, epdms=settings.pdms.epdms, config=settings.pdms)
                 agg.update(planner=name, spec=spec.text, plan_seconds=plan_s, score_seconds=score_s,
@@ -163,19 +173,24 @@ def _plot_open(out: Path, results: dict, plans_by: dict, rows_by: dict, scenes: 
 
 def evaluate_closed(planners: dict[str, PlannerSpec], routes: list, out: str | Path, *, record_frames: int = 0,
                     batch: int | None = None, model_routes: int | None = None, route_set: str = "",
-                    console: Console | None = None) -> dict:
-    """Drive `routes` with every planner (model planners: the first `model_routes` routes only, when given)."""
+                    console: Console | None = None, executor: ExecutorConfig | None = None) -> dict:
+    """Drive `routes` with every planner (model planners: the first `model_routes` routes only, when given).
+    `executor`: route shards driven in parallel (`eval.fanout.drive_routes`); None: all here, in lockstep."""
     out = Path(out)
     built = {name: (make_planner(spec), fallback_planner(spec)) for name, spec in planners.items()}
     results = {}
-    with progress_bar(console) as prog:
+    with progress_bar(console) as prog, parallel_executor(executor) as ex:
         for name, spec in planners.items():
             planner, fallback = built[name]
-            rs = routes[:model_routes] if spec.kind == "model" and model_routes is not None else routes
+            rs = routes[:model_routes] if spec.learned and model_routes is not None else routes
             task = prog.add_task(f"{name}: closed loop", total=len(rs))
             t0 = time.perf_counter()
-            res = run_routes(planner, rs, record_frames=record_frames, batch=batch, fallback=fallback,
-                             progress=lambda task=task: prog.advance(task))
+            if ex is not None:
+                res = fanout.drive_routes(spec, rs, ex, executor.workers, record_frames=record_frames, batch=batch,
+                                          progress=lambda task=task: prog.advance(task))
+            else:
+                res = run_routes(planner, rs, record_frames=record_frames, batch=batch, fallback=fallback,
+                                 progress=lambda task=task: prog.advance(task))
             agg = aggregate_routes(res)
             agg.update(planner=name, spec=spec.text, fallback=spec.fallback, route_set=route_set,
                        wall_seconds=time.perf_counter() - t0)

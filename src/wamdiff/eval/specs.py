@@ -1,6 +1,7 @@
 """Planner specs, parsed once into typed settings (`PlannerSpec`) before anything is planned.
 
-Spec text: "expert" | "cv" | "reference" | "model:PATH[,key=value,...]". Model options: the decoding options
+Spec text: "expert" | "cv" | "reference" | "model:PATH[,key=value,...]" | "http://HOST:PORT[,batch=N]" (a planner
+server, `wamdiff serve`; batch = requests sent at once per planning call). Model options: the decoding options
 of `DecodeConfig.from_options` (mode, block, threshold, steps, strategy, max_new_tokens, delayed, ...) plus
   fmt=text2       answer format the text is parsed with (`driving.trajectory.FORMATS`)
   batch=16        prompts decoded together
@@ -18,7 +19,7 @@ from pathlib import Path
 from wamdiff.decoding.config import DecodeConfig
 from wamdiff.driving.trajectory import FORMATS
 
-PLANNER_KINDS = ("expert", "cv", "reference", "model")
+PLANNER_KINDS = ("expert", "cv", "reference", "model", "http")
 FALLBACK_KINDS = ("cv", "reference")  # planners that can stand in for a failed plan (not the logged expert)
 NO_FALLBACK = ("", "none", "off")
 
@@ -45,12 +46,21 @@ class PlannerSpec:
     fmt: str = "text2"
     batch: int = 16
     fallback: str | None = None  # a FALLBACK_KINDS planner, or None: failures score as failures
+    url: str | None = None  # http planners: the server's base URL
+
+    @property
+    def learned(self) -> bool:
+        """A model decodes the plans (in this process or behind a planner server)."""
+        return self.kind in ("model", "http")
 
     @classmethod
     def parse(cls, text: str) -> "PlannerSpec":
         kind, _, rest = text.partition(":")
+        if kind in ("http", "https"):
+            return cls.http(text)
         if kind not in PLANNER_KINDS:
-            raise ValueError(f"unknown planner spec {text!r}: use expert, cv, reference or model:PATH[,key=value...]")
+            raise ValueError(f"unknown planner spec {text!r}: use expert, cv, reference, model:PATH[,key=value...] "
+                             "or http://HOST:PORT")
         if kind != "model":
             if rest:
                 raise ValueError(f"planner spec {text!r}: only 'model:' takes arguments")
@@ -69,20 +79,47 @@ class PlannerSpec:
         fmt = str(opts.pop("fmt", cls.fmt))
         if fmt not in FORMATS:
             raise ValueError(f"{where}: option fmt={fmt!r} is not one of {FORMATS}")
-        batch = opts.pop("batch", cls.batch)
-        try:
-            batch = int(batch)
-        except (TypeError, ValueError):
-            raise ValueError(f"{where}: option batch={batch!r} is not an integer") from None
-        if batch < 1:
-            raise ValueError(f"{where}: option batch={batch}: must be >= 1")
-        fallback = str(opts.pop("fallback", "")).strip().lower()
-        if fallback in NO_FALLBACK:
-            fallback = None
-        elif fallback not in FALLBACK_KINDS:
-            raise ValueError(f"{where}: option fallback={fallback!r} is not one of {FALLBACK_KINDS} (or none)")
+        batch, fallback = _batch_and_fallback(opts, where)
         decode = DecodeConfig.from_options(opts, where)
         return cls("model", text, Path(checkpoint), decode, fmt, batch, fallback)
+
+    @classmethod
+    def http(cls, text: str) -> "PlannerSpec":
+        """A planner server's spec: "http://HOST:PORT[,batch=N,fallback=cv]"."""
+        from urllib.parse import urlsplit
+
+        url, *items = text.split(",")
+        parts = urlsplit(url)
+        where = f"planner spec {text!r}"
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"{where}: expected http://HOST:PORT (a `wamdiff serve` server)")
+        try:
+            parts.port  # noqa: B018 - raises for a port that is not a number
+        except ValueError as err:
+            raise ValueError(f"{where}: {err}") from None
+        opts = split_options(text, items)
+        unknown = sorted(set(opts) - {"batch", "fallback"})
+        if unknown:
+            raise ValueError(f"{where}: unknown option(s) {unknown} (an http planner takes batch= and fallback=)")
+        batch, fallback = _batch_and_fallback(opts, where)
+        return cls("http", text, batch=batch, fallback=fallback, url=url.rstrip("/"))
+
+
+def _batch_and_fallback(opts: dict, where: str) -> tuple[int, str | None]:
+    """The `batch=` and `fallback=` options, popped from `opts` and checked."""
+    batch = opts.pop("batch", PlannerSpec.batch)
+    try:
+        batch = int(batch)
+    except (TypeError, ValueError):
+        raise ValueError(f"{where}: option batch={batch!r} is not an integer") from None
+    if batch < 1:
+        raise ValueError(f"{where}: option batch={batch}: must be >= 1")
+    fallback = str(opts.pop("fallback", "")).strip().lower()
+    if fallback in NO_FALLBACK:
+        fallback = None
+    elif fallback not in FALLBACK_KINDS:
+        raise ValueError(f"{where}: option fallback={fallback!r} is not one of {FALLBACK_KINDS} (or none)")
+    return batch, fallback
 
 
 def parse_specs(texts: list[str]) -> dict[str, PlannerSpec]:

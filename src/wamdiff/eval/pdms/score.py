@@ -105,18 +105,32 @@ class PDMSEvaluator:
 
     def reference_poses(self, scene) -> np.ndarray:
         """The PDM-Closed-style reference (41, 3), computed once per scene (memory + optional disk cache)."""
+        poses = self.cached_reference(scene)
+        if poses is None:
+            poses = self.remember_reference(scene, self.compute_reference(scene))
+        return poses
+
+    def cached_reference(self, scene) -> np.ndarray | None:
+        """The scene's reference poses if known (memory, then the disk cache), else None."""
         key = scene.scene_id
-        if key in self._ref:
-            return self._ref[key]
-        path = self._cache_path(scene)
-        if path is not None and path.exists():
+        if key not in self._ref:
+            path = self._cache_path(scene)
+            if path is None or not path.exists():
+                return None
             self._ref[key] = np.load(path)["poses"]
-            return self._ref[key]
+        return self._ref[key]
+
+    def compute_reference(self, scene) -> ReferencePlan:
+        """The reference plan of a scene, computed now (no cache; raises for a scene without a route)."""
         ctx = self.context(scene)
         if ctx.geo.centerline is None:
-            raise ValueError(f"scene {key}: no route centreline (needed for progress and the reference planner)")
-        ref: ReferencePlan = plan_reference(scene, ctx.geo, ctx.vehicle, ctx.initial, self.idm)
-        self._ref[key] = ref.poses
+            raise ValueError(f"scene {scene.scene_id}: no route centreline (needed for progress and the reference planner)")
+        return plan_reference(scene, ctx.geo, ctx.vehicle, ctx.initial, self.idm)
+
+    def remember_reference(self, scene, ref: ReferencePlan) -> np.ndarray:
+        """Cache a reference plan computed here or by a worker (`eval.fanout`); returns its poses."""
+        self._ref[scene.scene_id] = ref.poses
+        path = self._cache_path(scene)
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_name(path.name + ".tmp.npz")

@@ -1,0 +1,179 @@
+"""The planner server's wire format, both sides: what `POST /plan` takes and returns (`wamdiff serve` reads it,
+the `http://` planner of `eval.planners` writes it). One home, so client and server cannot drift apart.
+
+Request, either
+- `Content-Type: application/json`: {"image": base64 PNG, "command": "left"|"straight"|"right"|"unknown",
+  "velocity": [vx, vy], "acceleration": [ax, ay]} (m/s, m/s^2, ego frame at t0: x forward, y left); or
+- `Content-Type: image/png`: the PNG bytes as the body, the rest as query parameters
+  `?command=left&vx=..&vy=..&ax=..&ay=..`.
+The image must be an RGB PNG of the camera the model was trained with (its size is in `GET /info`).
+
+Response (200): {"waypoints": [[x, y]] * 8 | null, "ok": bool, "reason": str, "text": raw model text,
+"timing": {"queue_ms", "decode_ms", "total_ms", "batch_size", "forwards", "new_tokens", "tpf"}}. `ok` false: the
+model answered but its text is no usable trajectory (a failed plan; `reason` says why, `text` is what it said).
+Errors: 4xx for a bad request, 5xx when the model failed on this request; the body is {"error": one line}.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+import json
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from wamdiff.driving.scene import COMMANDS, HISTORY_STEPS
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+MAX_BODY_BYTES = 4 * 1024 * 1024
+MAX_SPEED = 60.0  # m/s per component (216 km/h): beyond it a value is most likely in the wrong unit
+MAX_ACCEL = 20.0  # m/s^2 per component (2 g)
+JSON_FIELDS = ("image", "command", "velocity", "acceleration")
+QUERY_FIELDS = ("command", "vx", "vy", "ax", "ay")
+
+
+class BadRequest(ValueError):
+    """A request the server refuses: `status` (4xx) and a one-line reason."""
+
+    def __init__(self, status: int, reason: str):
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+@dataclass
+class PlanInput:
+    """What the planner sees of one request: what `driving.prompts.scene_prompt` and a model planner read of a
+    Scene (`command`, `image`, `ego_history[-1, 3:7]`), so a request is planned exactly as the scene it came from."""
+
+    image: np.ndarray  # (H, W, 3) uint8
+    command: str
+    velocity: tuple[float, float]
+    acceleration: tuple[float, float]
+    scene_id: str = "request"
+
+    @property
+    def ego_history(self) -> np.ndarray:
+        hist = np.zeros((HISTORY_STEPS, 7), np.float64)  # float64: the values as sent (the prompt rounds them)
+        hist[-1, 3:5], hist[-1, 5:7] = self.velocity, self.acceleration
+        return hist
+
+
+# -- client side ----------------------------------------------------------------------------------------------
+def encode_png(image: np.ndarray) -> bytes:
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(np.asarray(image, np.uint8)).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def scene_request(scene) -> dict:
+    """The JSON body of `POST /plan` for a Scene (or a PlanInput)."""
+    vx, vy, ax, ay = (float(v) for v in np.asarray(scene.ego_history, float)[-1, 3:7])
+    return {"image": base64.b64encode(encode_png(scene.image)).decode("ascii"), "command": str(scene.command),
+            "velocity": [vx, vy], "acceleration": [ax, ay]}
+
+
+# -- server side ----------------------------------------------------------------------------------------------
+def _number(value, field: str, bound: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise BadRequest(422, f"field {field}: expected a number, got {type(value).__name__}")
+    try:
+        v = float(value)
+    except ValueError:
+        raise BadRequest(422, f"field {field}: {value!r} is not a number") from None
+    if not math.isfinite(v):
+        raise BadRequest(422, f"field {field}: {value!r} is not finite")
+    if abs(v) > bound:
+        raise BadRequest(422, f"field {field}: {v:g} is out of range [-{bound:g}, {bound:g}]")
+    return v
+
+
+def _pair(value, field: str, bound: float) -> tuple[float, float]:
+    if not isinstance(value, (list, tuple)) or len(value) != 2:
+        raise BadRequest(422, f"field {field}: expected [x, y] (two numbers), got {json.dumps(value)[:40]}")
+    return _number(value[0], f"{field}[0]", bound), _number(value[1], f"{field}[1]", bound)
+
+
+def _command(value) -> str:
+    if value not in COMMANDS:
+        raise BadRequest(422, f"field command: {str(value)[:40]!r} is not one of {', '.join(COMMANDS)}")
+    return value
+
+
+def decode_image(png: bytes, size: int | None) -> np.ndarray:
+    """The RGB image of PNG bytes; `size`: the side the model's camera has (None: any)."""
+    from PIL import Image, UnidentifiedImageError
+
+    if not png.startswith(PNG_SIGNATURE):
+        raise BadRequest(400, "field image: not a PNG (no PNG signature)")
+    try:
+        with Image.open(io.BytesIO(png)) as im:
+            im.load()
+            mode, arr = im.mode, np.asarray(im)
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as err:
+        raise BadRequest(400, f"field image: undecodable PNG ({' '.join(str(err).split())[:80]})") from None
+    if mode != "RGB":
+        raise BadRequest(422, f"field image: PNG mode {mode}, expected RGB")
+    if size is not None and arr.shape[:2] != (size, size):
+        raise BadRequest(422, f"field image: {arr.shape[1]}x{arr.shape[0]} pixels, the model's camera takes {size}x{size}")
+    return np.ascontiguousarray(arr, np.uint8)
+
+
+def _check_fields(given, expected: tuple[str, ...], what: str) -> None:
+    """Every expected field present and no other (a typo is a 422, never silently ignored)."""
+    missing = [f for f in expected if f not in given]
+    unknown = sorted(set(given) - set(expected))
+    for names, word in ((missing, "missing"), (unknown, "unknown")):
+        if names:
+            raise BadRequest(422, f"{word} {what}(s) {', '.join(names)} (a request has {', '.join(expected)})")
+
+
+def parse_json_request(body: bytes, size: int | None) -> PlanInput:
+    try:
+        data = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise BadRequest(400, f"body is not valid JSON ({err})") from None
+    if not isinstance(data, dict):
+        raise BadRequest(400, f"body must be a JSON object with fields {', '.join(JSON_FIELDS)}")
+    _check_fields(data, JSON_FIELDS, "field")
+    if not isinstance(data["image"], str):
+        raise BadRequest(422, "field image: expected a base64 string of PNG bytes")
+    try:
+        png = base64.b64decode(data["image"], validate=True)
+    except (binascii.Error, ValueError):
+        raise BadRequest(400, "field image: not valid base64") from None
+    command = _command(data["command"])
+    velocity = _pair(data["velocity"], "velocity", MAX_SPEED)
+    acceleration = _pair(data["acceleration"], "acceleration", MAX_ACCEL)
+    return PlanInput(decode_image(png, size), command, velocity, acceleration)
+
+
+def parse_png_request(body: bytes, query: dict, size: int | None) -> PlanInput:
+    _check_fields(query, QUERY_FIELDS, "query parameter")
+    velocity = (_number(query["vx"], "vx", MAX_SPEED), _number(query["vy"], "vy", MAX_SPEED))
+    acceleration = (_number(query["ax"], "ax", MAX_ACCEL), _number(query["ay"], "ay", MAX_ACCEL))
+    return PlanInput(decode_image(body, size), _command(query["command"]), velocity, acceleration)
+
+
+def parse_request(content_type: str, body: bytes, query: dict, size: int | None) -> PlanInput:
+    """A validated PlanInput, or BadRequest(4xx, one-line reason)."""
+    kind = (content_type or "").split(";")[0].strip().lower()
+    if len(body) > MAX_BODY_BYTES:
+        raise BadRequest(413, f"body of {len(body)} bytes exceeds {MAX_BODY_BYTES}")
+    if kind == "application/json":
+        return parse_json_request(body, size)
+    if kind == "image/png":
+        return parse_png_request(body, query, size)
+    raise BadRequest(415, f"Content-Type {kind or '(none)'!r}: send application/json (base64 image) or image/png")
+
+
+# -- responses ------------------------------------------------------------------------------------------------
+def plan_response(plan, timing: dict) -> dict:
+    """The JSON of a Plan (`eval.planners.Plan`) with its timing."""
+    return {"waypoints": None if plan.xy is None else np.asarray(plan.xy, float).tolist(), "ok": bool(plan.ok),
+            "reason": plan.reason, "text": plan.text, "timing": timing}

@@ -1,0 +1,160 @@
+"""Dynamic batching: requests arriving from many connections are decoded together.
+
+One decoder thread takes the oldest waiting request and, with it, every request that arrives until either
+`max_batch` are waiting or the oldest has waited `max_wait_ms`; requests that queued while the decoder was busy
+have waited already and go at once. A request that comes alone after a lone batch (one client at a time) goes at
+once too: waiting for company that has not shown up for a whole batch only adds latency. The batch is one
+`run_batch(items)` call. If that call raises, each request of the batch is run again alone, so a request the model
+fails on gets its own error and the others their results.
+
+Why no continuous batching (a finished sample leaving at a block boundary, a waiting request joining): `decoding`
+decodes a batch as one call, and in the fixed-width answer formats of the shipped checkpoints every answer has the
+same length, so every sample of a batch ends in the same block and none would leave early (measured by
+`wamdiff serve-bench`: "blocks per answer"); joining would only shorten the queue wait, which the bench reports.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class BatchingConfig:
+    max_batch: int = 8  # requests decoded together
+    max_wait_ms: float = 5.0  # how long the oldest request waits for others to join its batch
+
+    def __post_init__(self) -> None:
+        if int(self.max_batch) < 1:
+            raise ValueError(f"--max-batch {self.max_batch}: must be at least 1")
+        if not 0.0 <= float(self.max_wait_ms) <= 10_000.0:
+            raise ValueError(f"--max-wait-ms {self.max_wait_ms}: must lie in [0, 10000]")
+
+
+@dataclass
+class BatchTiming:
+    queue_s: float  # from submit to the start of its batch
+    decode_s: float  # the batch's run_batch call
+    batch_size: int
+
+
+@dataclass
+class _Item:
+    value: object
+    future: Future
+    arrived: float = field(default_factory=time.perf_counter)
+
+
+@dataclass
+class BatcherStats:
+    requests: int = 0
+    batches: int = 0
+    failed: int = 0  # requests whose run raised
+    isolated: int = 0  # batches that raised and were run again request by request
+    sizes: dict = field(default_factory=dict)  # batch size -> count
+
+    def as_dict(self) -> dict:
+        return {"requests": self.requests, "batches": self.batches, "failed": self.failed, "isolated_batches": self.isolated,
+                "mean_batch": self.requests / self.batches if self.batches else None,
+                "batch_sizes": {str(k): v for k, v in sorted(self.sizes.items())}}
+
+
+class DynamicBatcher:
+    """`submit(value) -> Future` of `(result, BatchTiming)`; `run_batch(values) -> results` runs on one thread."""
+
+    def __init__(self, run_batch: Callable[[list], list], config: BatchingConfig = BatchingConfig(), *, start: bool = True):
+        self.run_batch, self.config = run_batch, config
+        self.stats = BatcherStats()
+        self._queue: queue.Queue[_Item] = queue.Queue()
+        self._stop = threading.Event()
+        self._alone = True  # the last batch had one request and none arrived while it ran
+        self._thread = threading.Thread(target=self._loop, name="wamdiff-batcher", daemon=True)
+        if start:
+            self.start()
+
+    def start(self) -> None:
+        if not self._thread.is_alive():
+            self._thread.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Finish the batch in progress, fail what still waits, end the thread."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            item.future.set_exception(RuntimeError("the server is shutting down"))
+
+    @property
+    def waiting(self) -> int:
+        return self._queue.qsize()
+
+    def submit(self, value) -> Future:
+        if self._stop.is_set():
+            raise RuntimeError("the batcher is stopped")
+        item = _Item(value, Future())
+        self._queue.put(item)
+        return item.future
+
+    def _collect(self, first: _Item) -> list[_Item]:
+        batch = [first]
+        if self._alone and self._queue.empty():
+            return batch
+        deadline = first.arrived + self.config.max_wait_ms / 1e3
+        while len(batch) < self.config.max_batch:
+            left = deadline - time.perf_counter()
+            try:
+                batch.append(self._queue.get(timeout=left) if left > 0 else self._queue.get_nowait())
+            except queue.Empty:
+                break
+        return batch
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                first = self._queue.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            batch = self._collect(first)
+            self._run(batch)
+            self._alone = len(batch) == 1 and self._queue.empty()
+
+    def _run(self, batch: list[_Item]) -> None:
+        start = time.perf_counter()
+        self.stats.batches += 1
+        self.stats.requests += len(batch)
+        self.stats.sizes[len(batch)] = self.stats.sizes.get(len(batch), 0) + 1
+        try:
+            results = self._call([it.value for it in batch])
+        except Exception as err:  # noqa: BLE001 - never lost: the batch is retried alone, or the error is the request's
+            if len(batch) == 1:
+                self.stats.failed += 1
+                batch[0].future.set_exception(err)
+                return
+            self.stats.isolated += 1
+            for it in batch:
+                t0 = time.perf_counter()
+                try:
+                    (result,) = self._call([it.value])
+                except Exception as one_err:  # noqa: BLE001 - this request's own failure
+                    self.stats.failed += 1
+                    it.future.set_exception(one_err)
+                else:
+                    it.future.set_result((result, BatchTiming(t0 - it.arrived, time.perf_counter() - t0, 1)))
+            return
+        decode = time.perf_counter() - start
+        for it, result in zip(batch, results):
+            it.future.set_result((result, BatchTiming(start - it.arrived, decode, len(batch))))
+
+    def _call(self, values: list) -> list:
+        results = list(self.run_batch(values))
+        if len(results) != len(values):
+            raise RuntimeError(f"run_batch returned {len(results)} results for {len(values)} requests")
+        return results

@@ -1,0 +1,87 @@
+"""`wamdiff serve` (a planner server) and `wamdiff serve-bench` (its loopback load test). Heavy imports stay in
+the command bodies, so `wamdiff --help` does not load FastAPI or torch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from wamdiff.errors import UserError
+
+app = typer.Typer(add_completion=False)
+
+
+def _decode_options(block: int | None, threshold: float | None, steps: int | None, dtype: str | None) -> dict:
+    opts = {"block": block, "threshold": threshold, "steps": steps, "dtype": dtype}
+    return {k: v for k, v in opts.items() if v is not None}
+
+
+@app.command()
+def serve(
+    checkpoint: Path = typer.Option(..., help="Model directory (a wamdiff checkpoint)."),
+    mode: str = typer.Option(None, help="ar | block (default: block for a diffusion checkpoint, else ar)."),
+    port: int = typer.Option(8000, min=0, max=65535, help="TCP port (0: any free port)."),
+    host: str = typer.Option("127.0.0.1", help="Address to listen on (loopback by default)."),
+    fmt: str = typer.Option("fixed1", help="Answer format of the checkpoint (text2 | text1 | fixed1 | fixed2 | bins | delta)."),
+    block: int = typer.Option(None, min=1, help="Block size B (default: the model's)."),
+    threshold: float = typer.Option(None, help="Unmasking threshold tau (default 0.9)."),
+    steps: int = typer.Option(None, min=1, help="Denoising steps cap per block."),
+    dtype: str = typer.Option(None, help="fp32 | bf16 (default: as saved)."),
+    max_batch: int = typer.Option(8, min=1, help="Requests decoded together."),
+    max_wait_ms: float = typer.Option(5.0, min=0.0, help="How long a request waits for others to join its batch."),
+    threads: int = typer.Option(None, min=1, help="torch threads (default: torch's)."),
+) -> None:
+    """Serve a checkpoint: POST /plan (camera PNG + command + ego velocity / acceleration -> 8 waypoints), GET /health,
+    GET /info. Concurrent requests are batched."""
+    import uvicorn
+
+    from wamdiff.serve.app import create_app
+    from wamdiff.serve.batcher import BatchingConfig
+    from wamdiff.serve.engine import PlannerEngine, ServeSettings
+
+    batching = BatchingConfig(max_batch, max_wait_ms)
+    try:
+        settings = ServeSettings(checkpoint, mode, fmt, _decode_options(block, threshold, steps, dtype), max_batch,
+                                 max_wait_ms, threads)
+        engine = PlannerEngine(settings)
+    except ValueError as err:
+        raise UserError(str(err)) from None
+    info = engine.info()
+    typer.echo(f"wamdiff serve: {checkpoint} ({info['mode']}, B={info['block_size']}, tau={info['threshold']}, "
+               f"{info['dtype']}, max batch {max_batch}, wait {max_wait_ms:g} ms) on http://{host}:{port}", err=True)
+    try:
+        uvicorn.run(create_app(engine, batching), host=host, port=port, log_level="warning", access_log=False)
+    except SystemExit as err:  # uvicorn exits 1 when it cannot bind
+        raise UserError(f"--host {host} --port {port}: cannot listen there (in use, or not this machine's)") from err
+
+
+@app.command("serve-bench")
+def serve_bench(
+    checkpoint: Path = typer.Option(..., help="Diffusion checkpoint (served in block mode)."),
+    ar_checkpoint: Path = typer.Option(None, help="AR checkpoint (served in ar mode) for the AR-vs-diffusion rows."),
+    data: Path = typer.Option(..., help="Scene directory (e.g. from `wamdiff data generate --split test`)."),
+    out: Path = typer.Option(Path("runs/serve-bench"), help="Results folder (JSON + Markdown)."),
+    clients: str = typer.Option("1,8,32", help="Concurrent client counts."),
+    requests: int = typer.Option(64, min=1, help="At most this many requests per client count."),
+    seconds: float = typer.Option(60.0, min=1.0, help="At most this long per client count."),
+    max_batch: int = typer.Option(32, min=1, help="Server --max-batch."),
+    max_wait_ms: float = typer.Option(5.0, min=0.0, help="Server --max-wait-ms."),
+    threads: int = typer.Option(1, min=1, help="torch threads of the server (and of the in-process reference)."),
+    fmt: str = typer.Option("fixed1", help="Answer format of the checkpoints."),
+) -> None:
+    """Loopback load test: a server per checkpoint on 127.0.0.1, 1 / 8 / 32 concurrent clients (bounded in requests
+    and time), p50 / p99 latency and plans/s, against in-process decoding of the same scenes."""
+    from wamdiff.outdir import claim_for_command
+    from wamdiff.serve.bench import BenchSettings, print_report, run_serve_bench
+
+    try:
+        levels = sorted({int(c) for c in clients.split(",") if c.strip()})
+    except ValueError:
+        raise UserError(f"--clients {clients!r}: expected comma-separated integers, e.g. 1,8,32") from None
+    if not levels or levels[0] < 1:
+        raise UserError(f"--clients {clients!r}: every count must be at least 1")
+    targets = [("diffusion", checkpoint, "block")] + ([("AR", ar_checkpoint, "ar")] if ar_checkpoint else [])
+    claim_for_command(out)
+    settings = BenchSettings(levels, requests, seconds, max_batch, max_wait_ms, threads, fmt)
+    print_report(run_serve_bench(targets, data, out, settings))

@@ -1,0 +1,174 @@
+"""Executors (`wamdiff.executors`): the process pool and Ray run the same jobs to the same results; data generation
+under Ray writes the same files as the pool, byte for byte; a Ray worker killed mid-generation loses no scene."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import sys
+import threading
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from wamdiff.driving.dataset import _init_worker, generate_dataset, job_out
+from wamdiff.errors import UserError
+from wamdiff.executors import ExecutorConfig, WorkerLost, open_executor
+
+
+def square(x: int) -> int:
+    return x * x
+
+
+def fails_on_three(x: int) -> int:
+    if x == 3:
+        raise ValueError("job 3 is bad input")
+    return x
+
+
+def test_config_is_checked():
+    with pytest.raises(UserError, match="--executor 'dask'"):
+        ExecutorConfig("dask")
+    with pytest.raises(UserError, match="needs --executor ray"):
+        ExecutorConfig("process", 2, "auto")
+    with pytest.raises(UserError, match="--workers 0"):
+        ExecutorConfig("process", 0)
+    assert ExecutorConfig("process", 1).inline and not ExecutorConfig("process", 2).inline
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_process_executor_maps_in_order_with_initializer_and_errors(workers):
+    with open_executor(ExecutorConfig("process", workers), _init_worker, ("/tmp/pool",)) as ex:
+        assert ex.map(square, range(7)) == [i * i for i in range(7)]
+        assert list(ex.imap_unordered(job_out, [1, 2])) == [Path("/tmp/pool")] * 2  # the initializer ran in each worker
+    with pytest.raises(ValueError, match="job 3 is bad input"):
+        with open_executor(ExecutorConfig("process", workers)) as ex:
+            ex.map(fails_on_three, range(6))
+
+
+# -- Ray ----------------------------------------------------------------------------------------------------------
+def test_ray_executor_equals_process_pool(local_ray):
+    # the jobs above live in this test module, which Ray workers cannot import: send them by value
+    local_ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    ray_cfg = ExecutorConfig("ray", 2)
+    with open_executor(ray_cfg, _init_worker, ("/tmp/ray",)) as ex:
+        assert ex.map(square, range(9)) == [i * i for i in range(9)]
+        assert list(ex.imap_unordered(job_out, [5, 6, 7])) == [Path("/tmp/ray")] * 3
+    with pytest.raises(ValueError, match="job 3 is bad input"):  # the job's own exception, as under the pool
+        with open_executor(ray_cfg) as ex:
+            ex.map(fails_on_three, range(6))
+    assert local_ray.is_initialized()  # not ours to shut down
+
+
+def _npz_members(path: Path) -> dict[str, bytes]:
+    """The arrays of an .npz, byte for byte (the zip container itself records the time it was written)."""
+    with zipfile.ZipFile(io.BytesIO(path.read_bytes())) as z:
+        return {name: z.read(name) for name in z.namelist()}
+
+
+def assert_same_dataset(a: Path, b: Path, split: str) -> None:
+    names = sorted(p.name for p in (a / "scenes").iterdir())
+    assert names == sorted(p.name for p in (b / "scenes").iterdir()) and names
+    for name in names:
+        pa, pb = a / "scenes" / name, b / "scenes" / name
+        if name.endswith(".npz"):
+            assert _npz_members(pa) == _npz_members(pb), name
+        else:
+            assert pa.read_bytes() == pb.read_bytes(), name
+    for name in (f"{split}.json", f"{split}.jsonl", f"{split}_qa.json"):
+        assert (a / name).read_bytes() == (b / name).read_bytes(), name
+    assert _drops(a / f"drops_{split}.jsonl") == _drops(b / f"drops_{split}.jsonl")  # lines carry timings, in finishing order
+
+
+def _drops(path: Path) -> set:
+    lines = path.read_text().splitlines() if path.exists() else []
+    return {(d["family"], d["seed"], d["reason"], d["detail"]) for d in map(json.loads, filter(str.strip, lines))}
+
+
+def test_ray_generation_writes_the_pools_files_byte_for_byte(local_ray, tmp_path):
+    kw = dict(families=["highway", "roundabout"], split="val", n=2, progress=False)
+    pool = generate_dataset(tmp_path / "pool", workers=2, **kw)
+    ray = generate_dataset(tmp_path / "ray", executor=ExecutorConfig("ray", 2), **kw)
+    assert pool["generated"] == ray["generated"] == 4 and ray["executor"]["kind"] == "ray"
+    assert_same_dataset(tmp_path / "pool", tmp_path / "ray", "val")
+
+
+def _descendants(root: int) -> set[int]:
+    parents = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                parents[int(d.name)] = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+    out, frontier = set(), {root}
+    while frontier:
+        frontier = {p for p, pp in parents.items() if pp in frontier} - out
+        out |= frontier
+    return out
+
+
+def _kill_a_busy_ray_worker(scenes: Path, after: int, timeout: float = 120.0) -> list[int]:
+    """Once `after` scenes exist, SIGKILL one Ray worker of this test's Ray while it runs a job (its process
+    title is the job function's name then); returns the killed pid (empty if the run ended first)."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        if scenes.is_dir() and len(list(scenes.glob("*.npz"))) >= after:
+            for pid in sorted(_descendants(os.getpid())):
+                try:
+                    title = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+                except OSError:
+                    continue
+                if title.startswith(b"ray::_ray_job"):
+                    os.kill(pid, signal.SIGKILL)
+                    return [pid]
+        time.sleep(0.05)
+    return []
+
+
+def _generate_while_killing(out: Path, executor: ExecutorConfig, n: int, killed: list):
+    killer = threading.Thread(target=lambda: killed.extend(_kill_a_busy_ray_worker(out / "scenes", after=2)))
+    killer.start()
+    try:
+        return generate_dataset(out, ["highway"], "val", n=n, executor=executor, progress=False)
+    finally:
+        killer.join()
+
+
+def test_a_worker_killed_mid_generation_loses_no_scene(local_ray, tmp_path):
+    n = 8
+    ref = tmp_path / "ref"
+    generate_dataset(ref, ["highway"], "val", n=n, workers=2, progress=False)
+
+    # no retries: the run stops with one line, keeps what finished, and a re-run completes the set
+    out, killed = tmp_path / "no_retry", []
+    with pytest.raises(WorkerLost, match="re-run the same command"):
+        _generate_while_killing(out, ExecutorConfig("ray", 2, retries=0), n, killed)
+    assert killed
+    assert len(list((out / "scenes").glob("*.npz"))) < n
+    again = generate_dataset(out, ["highway"], "val", n=n, executor=ExecutorConfig("ray", 2), progress=False)
+    assert again["generated"] >= 1
+    assert_same_dataset(ref, out, "val")
+
+    # Ray's retries (the default): the killed worker's scene is simulated again within the same run
+    out, killed = tmp_path / "retry", []
+    stats = _generate_while_killing(out, ExecutorConfig("ray", 2), n, killed)
+    assert killed and stats["generated"] == n
+    assert_same_dataset(ref, out, "val")
+
+
+@pytest.mark.parametrize("args, words", [
+    (["data", "generate", "--n", "1", "--executor", "dask"], "--executor 'dask'"),
+    (["data", "generate", "--n", "1", "--ray-address", "auto"], "--ray-address 'auto' needs --executor ray"),
+    (["eval", "closedloop", "--planner", "cv", "--executor", "dask"], "--executor 'dask'"),
+    (["eval", "pdms", "--planner", "cv", "--data", "nowhere", "--ray-address", "auto"], "needs --executor ray"),
+])
+def test_executor_options_are_checked_in_one_line(tmp_path, args, words):
+    from test_reliability_errors import assert_user_error, cli
+
+    assert_user_error(cli(*args, "--out", tmp_path / "out"), words)
+    assert not (tmp_path / "out").exists()  # refused before anything was claimed or written
