@@ -483,7 +483,7 @@ class Trainer:
         for _, path in reversed(found):
             try:
                 state = ckpt.read_training_state(path, rank=self.rank, with_optimizer=not self.sharded_launch)
-                if self.lora is not None:  # a LoRA checkpoint holds the adapters only (the base is model.init)
+                if r.model.lora.rank:  # a LoRA checkpoint holds the adapters only (the base is model.init)
                     if unreadable_weights(path) is not None or not (path / lora_.TRAINABLE_FILE).is_file():
                         raise UserError(f"{path / lora_.TRAINABLE_FILE}: unreadable adapter weights")
                 else:
