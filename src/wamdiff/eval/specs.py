@@ -3,7 +3,8 @@
 Spec text: "expert" | "cv" | "reference" | "model:PATH[,key=value,...]" | "http://HOST:PORT[,batch=N]" (a planner
 server, `wamdiff serve`; batch = requests sent at once per planning call). Model options: the decoding options
 of `DecodeConfig.from_options` (mode, block, threshold, steps, strategy, max_new_tokens, delayed, ...) plus
-  fmt=text2       answer format the text is parsed with (`driving.trajectory.FORMATS`)
+  fmt=text2       answer format the text is parsed with (`driving.trajectory.FORMATS`; default: the one the
+                  checkpoint recorded at training, else text2)
   batch=16        prompts decoded together
   fallback=cv     opt in: a failed plan is replaced by this planner's plan (cv or reference) and counted;
                   by default (none) a failed plan scores as a failure.
@@ -76,7 +77,7 @@ class PlannerSpec:
         if not str(checkpoint):
             raise ValueError(f"{where}: missing checkpoint path")
         opts = dict(options)
-        fmt = str(opts.pop("fmt", cls.fmt))
+        fmt = str(opts.pop("fmt", None) or recorded_answer_format(checkpoint) or cls.fmt)
         if fmt not in FORMATS:
             raise ValueError(f"{where}: option fmt={fmt!r} is not one of {FORMATS}")
         batch, fallback = _batch_and_fallback(opts, where)
@@ -125,3 +126,15 @@ def _batch_and_fallback(opts: dict, where: str) -> tuple[int, str | None]:
 def parse_specs(texts: list[str]) -> dict[str, PlannerSpec]:
     """Every spec of a command line, keyed by its text; all are checked before any is used."""
     return {text: PlannerSpec.parse(text) for text in texts}
+
+
+def recorded_answer_format(checkpoint: str | Path) -> str | None:
+    """The answer format a checkpoint was trained on (`config.json` key `wamdiff_answer_format`, written by the
+    trainer from the dataset's manifest), so a spec needs no `fmt=` for the world's own models."""
+    import json
+
+    config = Path(checkpoint) / "config.json"
+    try:
+        return json.loads(config.read_text()).get("wamdiff_answer_format")
+    except (OSError, ValueError):
+        return None

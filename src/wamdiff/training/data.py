@@ -94,22 +94,27 @@ class Batch:
 # ------------------------------------------------------------------------------------------------ reading
 
 
-def dataset_camera(json_paths) -> dict | None:
-    """The camera the world rendered these files' images with (`manifest.json` beside them), or None when no
-    manifest records one (data brought from elsewhere, e.g. NAVSIM). Files rendered differently: ValueError."""
+def dataset_settings(json_paths) -> dict:
+    """What the world recorded about these files (`manifest.json` beside them): the camera their images were
+    rendered with and the answer format, as {"camera": dict | None, "answer_format": str | None}; None where no
+    manifest says (data brought from elsewhere, e.g. NAVSIM). Files that disagree: ValueError."""
     import json
 
-    cameras = {}
+    found: dict[str, dict] = {"camera": {}, "answer_format": {}}
     for p in json_paths:
         manifest = Path(p).parent / "manifest.json"
         if not manifest.is_file():
             continue
         for split in json.loads(manifest.read_text()).get("splits", {}).values():
-            if split.get("camera"):
-                cameras[json.dumps(split["camera"], sort_keys=True)] = split["camera"]
-    if len(cameras) > 1:
-        raise ValueError(f"training files were rendered with different cameras: {sorted(cameras)}")
-    return next(iter(cameras.values()), None)
+            for key in found:
+                if split.get(key):
+                    found[key][json.dumps(split[key], sort_keys=True)] = split[key]
+    out = {}
+    for key, values in found.items():
+        if len(values) > 1:
+            raise ValueError(f"training files disagree on their {key}: {sorted(values)}")
+        out[key] = next(iter(values.values()), None)
+    return out
 
 
 def load_examples(json_path: str | Path, tokenizer, *, vision: bool, limit: int | None = None, source: int = 0,

@@ -33,7 +33,7 @@ from wamdiff.training import lora as lora_
 from wamdiff.jsonfile import write_json
 from wamdiff.models.tokens import MASK, PAD, token_id
 from wamdiff.training.config import Recipe, RecipeKind, load_recipe
-from wamdiff.training.data import Batch, MixtureSampler, collate, dataset_camera, load_examples
+from wamdiff.training.data import Batch, MixtureSampler, collate, dataset_settings, load_examples
 from wamdiff.training.loading import load_student, load_teacher
 from wamdiff.training.metrics import MetricsLogger, read_metrics_csv
 from wamdiff.training.objectives import Objective, StepInputs, build_objective
@@ -201,9 +201,11 @@ class Trainer:
         qa = r.eval.qa
         self.qa_set = load_examples(qa.path, self.tokenizer, limit=qa.max_samples, **enc) if qa.path else []
         self.sampler = MixtureSampler([len(s) for s in self.train_sets], [s.weight for s in r.data.train], r.seed)
-        camera = dataset_camera([s.path for s in r.data.train])
-        if camera is not None:  # the closed loop renders what this model was trained on (config.json)
-            self.model.config.wamdiff_camera = camera
+        recorded = dataset_settings([s.path for s in r.data.train if not s.path.endswith("_qa.json")])
+        if recorded["camera"] is not None:  # the closed loop renders what this model was trained on (config.json)
+            self.model.config.wamdiff_camera = recorded["camera"]
+        if recorded["answer_format"] is not None:  # a planner spec then needs no fmt=
+            self.model.config.wamdiff_answer_format = recorded["answer_format"]
 
     def _distribute(self) -> None:
         """Place the model for the launch: one process, plain data parallel, or FSDP / DeepSpeed.

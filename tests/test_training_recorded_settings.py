@@ -1,0 +1,37 @@
+"""A checkpoint records what its world data looked like (camera, answer format), so the closed loop renders what
+the model saw and a planner spec needs no fmt=."""
+
+import json
+
+from test_training_fixtures import one_thread, tiny_recipe
+
+from wamdiff.driving.dataset import generate_dataset
+from wamdiff.driving.render import LEGACY_CAMERA, CameraConfig
+from wamdiff.eval.planners import make_planner
+from wamdiff.eval.specs import parse_specs
+from wamdiff.training.trainer import train
+
+
+def test_trained_model_records_camera_and_format(tmp_path):
+    data = tmp_path / "world"
+    camera = {"look_ahead": 5.0, "route": True}
+    generate_dataset(data, families=["highway"], split="train", n=2, workers=1, fmt="delta", camera=camera,
+                     progress=False)
+    recipe = tiny_recipe({"train": data / "train.json"}, tmp_path / "run", kind="ar_sft",
+                         optim={"steps": 1, "batch_size": 2}, eval={"at_start": False, "at_end": False})
+    with one_thread():
+        final = train(recipe).final_model
+    config = json.loads((final / "config.json").read_text())
+    assert config["wamdiff_answer_format"] == "delta"
+    assert CameraConfig.from_dict(config["wamdiff_camera"]) == CameraConfig(look_ahead=5.0, route=True)
+    text = f"model:{final}"
+    spec = parse_specs([text])[text]
+    assert spec.fmt == "delta"  # from the checkpoint: no fmt= in the spec
+    assert make_planner(spec).camera == CameraConfig(look_ahead=5.0, route=True)
+
+
+def test_checkpoint_without_records_uses_the_legacy_camera_and_text2():
+    text = "model:checkpoints/ar_sft"  # shipped before either was recorded
+    spec = parse_specs([text])[text]
+    assert spec.fmt == "text2"
+    assert make_planner(spec).camera == LEGACY_CAMERA
