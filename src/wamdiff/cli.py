@@ -81,6 +81,24 @@ def main(argv: list[str] | None = None) -> int:
     return run_cli(typer.main.get_command(app), argv)
 
 
+study_app = typer.Typer(help="Studies: the default pipeline plus ablation arms, one report (configs/studies/).",
+                        no_args_is_help=True, add_completion=False)
+app.add_typer(study_app, name="study")
+
+
+@study_app.command("parity")
+def study_parity(
+    config: str = typer.Option("configs/studies/parity.yaml", help="Study YAML (a pipeline config with `base:`)."),
+    train_only: bool = typer.Option(False, help="Stop after the training stages."),
+    stages: str = typer.Option(None, help="Comma-separated training stages to run (only those)."),
+) -> None:
+    """Driving-quality parity of the diffusion student with its AR VLA: budget vs method, answer format, loss
+    details, decoding; every arm a row of runs/default/report (PDMS, comfort, L2, closed loop, 95 % intervals)."""
+    from wamdiff.pipeline import run_pipeline
+
+    run_pipeline(config, train_only=train_only, stages=stages.split(",") if stages else None)
+
+
 @app.command()
 def pipeline(
     config: str = typer.Option("configs/default.yaml", help="Pipeline YAML."),
