@@ -97,3 +97,21 @@ def test_cli_pdms_and_openloop_write_results(tmp_path):
     assert res.exit_code == 0, res.output
     ol = json.loads((tmp_path / "ol" / "openloop_cv.json").read_text())
     assert "relative_to_reference" in ol and ol["overall"]["n_valid"] == 2
+
+
+def test_consistency_finds_the_tens_digit_jump():
+    """A plan whose 5th x reads +069.7 instead of +059.7: one jump, at waypoint 5, tens digit off."""
+    from types import SimpleNamespace
+
+    from wamdiff.eval.consistency import consistency_report, first_differing_place
+
+    t = np.arange(1, 9) * 0.5
+    truth = np.stack([24.0 * t, np.zeros(8)], 1)
+    bad = truth.copy()
+    bad[4, 0] += 10.0
+    scene = SimpleNamespace(future=np.concatenate([truth, np.zeros((8, 1))], 1))
+    rep = consistency_report([SimpleNamespace(xy=truth), SimpleNamespace(xy=bad)], [scene, scene], "fixed1")
+    assert rep["n_plans"] == 2 and rep["jump_share"] == 0.5
+    assert rep["jump_at_waypoint"] == {5: 1} and rep["digit_off_at_jump"] == {"tens": 1}
+    assert first_differing_place(59.7, 69.7) == "tens" and first_differing_place(59.7, 59.8) == "tenths"
+    assert first_differing_place(-1.2, 1.2) == "sign" and first_differing_place(3.0, 3.0) is None

@@ -23,7 +23,7 @@ COLUMNS = [  # (key, header, format)
     ("pdms", "PDMS", "{:.1f}"), ("pdms_ci", "± 95 %", "{:.1f}"), ("nc", "NC", "{:.3f}"), ("dac", "DAC", "{:.3f}"), ("ttc", "TTC", "{:.3f}"),
     ("ep", "EP", "{:.3f}"), ("c", "C", "{:.3f}"),
     ("l2_1s", "L2@1s", "{:.2f}"), ("l2_2s", "L2@2s", "{:.2f}"), ("l2_3s", "L2@3s", "{:.2f}"), ("l2_4s", "L2@4s", "{:.2f}"),
-    ("failed", "failed plans %", "{:.1f}"), ("fallback", "fallback plans", "{:d}"),
+    ("jumps", "jumps %", "{:.1f}"), ("failed", "failed plans %", "{:.1f}"), ("fallback", "fallback plans", "{:d}"),
     ("cl_success", "CL success %", "{:.0f}"), ("cl_ci", "CL 95 % CI", "{}"), ("cl_ds", "CL DS", "{:.1f}"),
     ("cl_routes", "CL routes", "{:d}"),
     ("tok_s", "tok/s", "{:.0f}"), ("ms_token", "ms/token", "{:.2f}"), ("tpf", "TPF", "{:.2f}"),
@@ -60,6 +60,7 @@ def table_rows(p, results: dict) -> list[dict]:
             **{k: pd.get(k) for k in ("nc", "dac", "ttc", "ep", "c")},
             **{f"l2_{s}s": ol.get(f"l2_{s}.0s") for s in (1, 2, 3, 4)},
             "failed": None if ol.get("failure_rate") is None else 100 * ol["failure_rate"],
+            "jumps": None if _get(o, "consistency", "jump_share") is None else 100 * o["consistency"]["jump_share"],
             "fallback": (o.get("n_fallback", 0) + c.get("n_fallback", 0)) if spec.fallback else None,
             "cl_success": None if c.get("success_rate") is None else 100 * c["success_rate"],
             "cl_ds": c.get("driving_score"), "cl_routes": c.get("n"),
@@ -226,7 +227,9 @@ def write_report(p, results: dict) -> Path:
         "L2 in metres to the expert's logged trajectory at each horizon, over the plans that exist; `fallback plans` "
         "(only where a spec opted in with `fallback=`) counts the plans, test scenes and closed-loop replans, that "
         "the fallback planner drew instead; tok/s, ms/token and TPF measured while planning the test scenes "
-        "(batched); × AR = tok/s ratio to the AR VLA in the same run; QA = multi-task exact match after training.", "",
+        "(batched); × AR = tok/s ratio to the AR VLA in the same run; QA = multi-task exact match after training; "
+        "jumps % = plans whose waypoints imply more than 8 m/s² somewhere (`eval.consistency`: mutually "
+        "inconsistent waypoints, e.g. a tens digit decided apart from its units).", "",
     ]
     if bench:
         lines += ["## Decoding speed, side by side (AR VLA vs diffusion student, same prompts)", "",
@@ -245,6 +248,18 @@ def write_report(p, results: dict) -> Path:
         lines += ["## Every training level, from the full pipeline run (recorded, not re-run here)", "",
                   f"From `{recorded}` (see `checkpoints/PROVENANCE.json` for the config and commit).", "",
                   markdown_table([{k: _num(v) for k, v in r.items()} for r in rec]), ""]
+    jumps = [(n, o["consistency"]) for n, o in (_get(results, "open", "planners") or {}).items()
+             if _get(o, "consistency", "n_plans")]
+    if jumps:
+        lines += ["## Where waypoints jump (mutual consistency, no simulation)", "",
+                  "| planner | plans | jumps % | median peak accel m/s² | jump at waypoint | digit off at the jump |",
+                  "|---|---:|---:|---:|---|---|"]
+        for n, c in jumps:
+            lines.append(f"| {n} | {c['n_plans']} | {_fmt(100 * c['jump_share'], '{:.1f}')} | "
+                         f"{_fmt(c['median_peak_accel_ms2'], '{:.1f}')} | "
+                         f"{', '.join(f'{k}: {v}' for k, v in c['jump_at_waypoint'].items()) or '–'} | "
+                         f"{', '.join(f'{k}: {v}' for k, v in c['digit_off_at_jump'].items()) or '–'} |")
+        lines.append("")
     if quality_png:
         lines += ["## Which rows the intervals separate", "", "![quality with 95 % intervals](quality_intervals.png)", ""]
     lines += ["## L2 over the horizon", "", "![l2](l2_horizon.png)", ""]

@@ -26,6 +26,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from wamdiff.eval import fanout
 from wamdiff.eval.closedloop import aggregate_routes, run_routes
+from wamdiff.eval.consistency import consistency_report
 from wamdiff.eval.openloop import aggregate_openloop, openloop_row
 from wamdiff.eval.pdms import EPDMS_METRICS, METRICS, PDMSConfig, PDMSEvaluator, aggregate
 from wamdiff.eval.planners import fallback_planner, make_planner, plan_scenes
@@ -97,7 +98,8 @@ def evaluate_open(planners: dict[str, PlannerSpec], scenes: list, out: str | Pat
             plan_s = time.perf_counter() - t0
             entry = {"spec": spec.text, "fallback": spec.fallback, "n_scenes": len(scenes), "plan_seconds": plan_s,
                      "n_failed": sum(not p.ok for p in plans), "n_fallback": sum(bool(p.fallback) for p in plans),
-                     "decode": _decode_stats(plans, plan_s), "pdms": None}
+                     "decode": _decode_stats(plans, plan_s), "pdms": None,
+                     "consistency": consistency_report(plans, scenes, getattr(spec, "fmt", None))}
             file = safe_name(name)
             if ev is not None:  # 4.
                 task = prog.add_task(f"{name}: score", total=len(scenes))
