@@ -98,6 +98,7 @@ class OptimSection:
     min_lr_ratio: float = 0.1  # cosine decays to lr * min_lr_ratio
     grad_clip: float | None = 1.0
     mixed_precision: str = "bf16"  # bf16 | no
+    ema_decay: float | None = None  # keep an exponential moving average of the weights; final/ = the average
 
 
 @dataclass
@@ -330,6 +331,10 @@ def validate(r: Recipe) -> Recipe:
         bad("optim.mixed_precision", f"{r.optim.mixed_precision!r} is not bf16 | no")
     if not 0.0 < r.diffusion.min_rate <= 1.0:
         bad("diffusion.min_rate", "must be in (0, 1]")
+    if r.optim.ema_decay is not None and not 0.0 <= r.optim.ema_decay < 1.0:
+        bad("optim.ema_decay", f"must be in [0, 1) (or null: off), got {r.optim.ema_decay}")
+    if r.optim.ema_decay is not None and lora.rank:
+        bad("optim.ema_decay", "an average of LoRA adapters is not supported; drop one of model.lora / optim.ema_decay")
     if r.kind.distills:
         if not r.teacher.path:
             bad("teacher.path", f"{r.kind} needs a teacher checkpoint")

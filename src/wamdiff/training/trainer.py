@@ -99,6 +99,9 @@ def make_optimizer(model, o) -> torch.optim.Optimizer:
         return torch.optim.AdamW(groups, lr=o.lr, betas=o.betas, eps=o.eps)
 
 
+EMA_FILE = "ema.safetensors"  # a checkpoint's weight average (optim.ema_decay)
+
+
 def step_generator(seed: int, step: int, salt: int = 0) -> torch.Generator:
     return torch.Generator().manual_seed((seed * 1_000_003 + step * 7_919 + salt) % (2**63 - 1))
 
@@ -131,6 +134,7 @@ class Trainer:
         torch.manual_seed(r.seed)  # same initial weights on every process
         self.model, self.tokenizer, self.image_processor = load_student(r)
         self.lora = self._memory_setup()
+        self.ema = self._start_average()
         self.mask_id, self.pad_id = token_id(self.tokenizer, MASK), token_id(self.tokenizer, PAD)
         teacher = load_teacher(r, self.tokenizer) if r.kind.distills else None
         self.objective: Objective = build_objective(r, self.mask_id, teacher)
@@ -149,6 +153,26 @@ class Trainer:
             self._resume(self._resume_state)
         self.logger = MetricsLogger(self.output_dir, tensorboard=r.log.tensorboard, enabled=self.is_main,
                                     resume_step=self.step if self.resumed_from else None)
+
+    def _start_average(self) -> dict[str, torch.Tensor] | None:
+        """`optim.ema_decay`: an fp32 copy of every trained parameter, averaged after each optimiser step."""
+        if self.recipe.optim.ema_decay is None:
+            return None
+        return {n: p.detach().float().clone() for n, p in self.model.named_parameters() if p.requires_grad}
+
+    def _update_average(self) -> None:
+        d = self.recipe.optim.ema_decay
+        with torch.no_grad():
+            for n, p in self.unwrapped.named_parameters():
+                if n in self.ema:
+                    self.ema[n].mul_(d).add_(p.detach().float(), alpha=1.0 - d)
+
+    def _use_average(self) -> None:
+        """Put the averaged weights into the model (the end of the run: final/ and its evaluation use them)."""
+        with torch.no_grad():
+            for n, p in self.unwrapped.named_parameters():
+                if n in self.ema:
+                    p.copy_(self.ema[n].to(p.dtype))
 
     def _memory_setup(self):
         """Gradient checkpointing, LoRA adapters (returns the PeftModel, else None; `self.model` stays the HF
@@ -220,6 +244,9 @@ class Trainer:
         r, dt = self.recipe, self.accelerator.distributed_type
         self.sharded = self.sharded_launch
         self.manual_allreduce = self.world > 1 and not self.sharded
+        if self.sharded and self.ema is not None:
+            raise ValueError(f"recipe {r.name!r} field optim.ema_decay: the weight average runs on one process or plain "
+                             "data parallel, not under FSDP / DeepSpeed")
         if self.sharded and self.lora is not None:
             raise ValueError(f"recipe {r.name!r} field model.lora: LoRA runs on one process or plain data parallel "
                              "(torchrun / accelerate launch without an FSDP or DeepSpeed config); its adapters are small")
@@ -338,6 +365,8 @@ class Trainer:
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
+        if self.ema is not None:
+            self._update_average()
         out = {k: float(v) for k, v in values.items()}
         out["grad_norm"] = grad_norm
         out["tokens"] = tokens
@@ -438,6 +467,10 @@ class Trainer:
                     self._save_model(tmp / "model", full)
                 if self.sharded:
                     os.replace(shards, tmp / "accelerate")
+                if self.ema is not None:
+                    from safetensors.torch import save_file
+
+                    save_file({n: t.contiguous() for n, t in self.ema.items()}, str(tmp / EMA_FILE))
                 ckpt.save_training_state(tmp, optimizer=None if self.sharded else self.optimizer, scheduler=self.scheduler, step=self.step,
                                          extra={"sampler": self.sampler.state_dict(), "recipe": self.recipe.to_dict(),
                                                 "world_size": self.world})
@@ -528,6 +561,10 @@ class Trainer:
             del saved
             saved_state = ckpt.apply_training_state(state, optimizer=self.optimizer, scheduler=self.scheduler)
         self.sampler.load_state_dict(saved_state["sampler"])
+        if self.ema is not None and (last / EMA_FILE).is_file():
+            from safetensors.torch import load_file
+
+            self.ema = {n: t.float() for n, t in load_file(str(last / EMA_FILE)).items()}
         self.step = state.step
         self.resumed_from = last
         if self.is_main:
@@ -603,6 +640,8 @@ class Trainer:
             if progress is not None:
                 progress.close()
 
+        if self.ema is not None:
+            self._use_average()
         final = self.save_final()
         if r.eval.at_end:
             val = self._main_only(self.evaluate)
