@@ -1,0 +1,72 @@
+"""What `wamdiff bench` reports beyond the timed grid: the roofline estimate beside the measured step costs, the
+cheaper-step levers (paired against the reference path). Each part returns JSON-able rows for `tables`."""
+
+from __future__ import annotations
+
+import copy
+import statistics
+
+import torch
+
+from wamdiff.decoding.bench.grid import DTYPES, BenchGrid
+from wamdiff.decoding.bench.levers import decode_levers, step_levers
+from wamdiff.decoding.bench.roofline import forward_flops, matmul_gflops, roofline, weight_bytes
+from wamdiff.decoding.cost_model import StepCosts, step_costs_for
+from wamdiff.decoding.dial import DialCurve, ar_forwards, batch_forwards
+from wamdiff.models.tokens import PAD, token_id
+
+
+def roofline_section(model, tokenizer, prompts, grid: BenchGrid, *, fmt=None, tune_res: dict | None = None,
+                     progress=None) -> dict:
+    """Roofline rows per dtype of the grid (compile off), from the tuned cost models or a cached / new one."""
+    rows, per_token = [], []
+    tuned = {(c["dtype"], c["compile"]): StepCosts.from_dict(c["model"]) for c in (tune_res or {}).get("costs", [])}
+    keys = round(statistics.fmean(p.input_ids.numel() for p in prompts)) + grid.max_new_tokens
+    peak = None
+    for dname in grid.dtypes:
+        m = copy.deepcopy(model).to(grid.device, DTYPES[dname]).eval()
+        cfg = grid.config(tokenizer, fmt)
+        costs = tuned.get((dname, False)) or step_costs_for(m, prompts[0], cfg, pad_id=token_id(tokenizer, PAD),
+                                                            block_sizes=grid.block_sizes, progress=progress,
+                                                            batches=sorted(set(grid.batch_sizes) | {1}))
+        rate = matmul_gflops(DTYPES[dname], grid.device)
+        peak = peak or rate
+        rows += [{"dtype": dname, **r} for r in roofline(m, costs, block_sizes=grid.block_sizes, peak_gflops=rate,
+                                                          keys=keys, lean=grid.lean)]
+        if tune_res and dname == grid.dtypes[0]:
+            per_token += _flops_per_token(m, tune_res, costs.prompt_len, keys, grid.lean)
+    return {"peak_gflops": peak, "weight_mb": weight_bytes(model) / 2 ** 20, "rows": rows, "per_token": per_token}
+
+
+def _flops_per_token(model, tune_res: dict, prompt_len: int, keys: int, lean: str) -> list[dict]:
+    curve = DialCurve.load(tune_res["curve_file"])
+    ar_fl = [sum(forward_flops(model, f, 1, prompt_len, keys) for f in ar_forwards([t], lean)) / t for t in curve.ar_tokens]
+    out = [{"who": "AR", "mflop_per_token": statistics.fmean(ar_fl) / 1e6}]
+    pick = next((p for p in tune_res["picks"] if p["batch"] == 1 and p.get("pick")), None)
+    if pick:
+        point = next(p for p in curve.points if p.setting == {k: pick[k] for k in p.setting})
+        fl = [sum(forward_flops(model, f, 1, prompt_len, keys)
+                  for f in batch_forwards([s], point.block_size, point.cache, lean, False)) / t
+              for s, t in zip(point.masked, point.tokens)]
+        out.append({"who": f"diffusion (dial pick B{point.block_size}, tau {point.threshold}, <= {point.max_steps} steps, "
+                           f"{point.cache})", "mflop_per_token": statistics.fmean(fl) / 1e6})
+    return out
+
+
+def levers_section(model, tokenizer, prompts, grid: BenchGrid, *, fmt=None, ar_model=None, ar_tokenizer=None,
+                   repeats: int = 5, progress=None) -> list[dict]:
+    """Decode-level and step-level ratios of each lever, fp32 eager, at the grid's batch sizes up to 8, for AR and
+    the grid's largest B at its tau nearest 0.9 and smallest step cap, exact cache."""
+    m = copy.deepcopy(model).to(grid.device, torch.float32).eval()
+    ar_m = copy.deepcopy(ar_model).to(grid.device, torch.float32).eval() if ar_model is not None else m
+    b = max(grid.block_sizes)
+    tau = min(grid.thresholds, key=lambda t: abs(t - 0.9))
+    configs = {"ar": grid.config(ar_tokenizer or tokenizer, fmt, mode="ar"),
+               "block": grid.block_config((b, tau, min(grid.max_steps_per_block), "exact"), tokenizer, fmt)}
+    batches = [n for n in grid.batch_sizes if n <= 8] or [1]
+    if progress:
+        progress(f"cheaper steps: paired decodes (AR and B{b} tau {tau}) at batch {batches}, {repeats} repeats")
+    rows = decode_levers(m, tokenizer, prompts, configs, batches=batches, repeats=repeats, ar_model=ar_m,
+                         ar_tokenizer=ar_tokenizer)
+    rows += step_levers(m, prompts[0], pad_id=token_id(tokenizer, PAD), block_size=b, batches=batches)
+    return rows
