@@ -191,3 +191,23 @@ def test_the_curve_traces_count_every_forward():
         assert point.tokens == [len(g.token_ids) for g in gens]
         assert all(b[0] == 4 and all(x > y for x, y in zip(b, b[1:])) for s in point.masked for b in s)
     assert curve.fingerprint == model_fingerprint(model) and len(curve.ar_tokens) == 2
+
+
+def test_answer_length_effect_prices_short_and_long_answers_from_the_same_costs():
+    from dataclasses import asdict
+
+    from wamdiff.decoding.bench.tune import answer_length_effect
+
+    a, b, p = {1: 1.0}, {1: 0.01}, {1: 5.0}
+    costs = _costs(a, b, p)
+    curve = DialCurve("fp", "fixed1", 100, [113] * 3, {"l2_vs_expert": 1.0, "parse_failures": 0}, [_point(32, 2, 4, 1.0)])
+    pick = {"batch": 1, "dtype": "fp32", "compile": False, "pick": {}, **curve.points[0].setting}
+    tune_res = {"costs": [{"dtype": "fp32", "compile": False, "model": {**asdict(costs), "key": {"static_shapes": False}}}],
+                "picks": [pick], "lean": "last_layer"}
+    short, long_ = answer_length_effect(tune_res, curve, lengths=(17, 112))
+    assert short["ar_ms"] == pytest.approx(p[1] + 16 * (a[1] + b[1]))  # prefill + 16 one-row steps
+    one_block = (p[1] + 32 * b[1]) + (a[1] + 32 * b[1])  # prefill fused with step 1, then step 2
+    assert short["diffusion_ms"] == pytest.approx(one_block)
+    assert short["diffusion_prefill_share"] == pytest.approx((p[1] + 32 * b[1]) / one_block)
+    assert long_["diffusion_ms"] == pytest.approx(one_block + 3 * ((a[1] + 64 * b[1]) + (a[1] + 32 * b[1])))
+    assert short["diffusion_prefill_share"] > long_["diffusion_prefill_share"]  # short answers: the prefill dominates

@@ -42,7 +42,7 @@ def _flops_per_token(model, tune_res: dict, prompt_len: int, keys: int, lean: st
     curve = DialCurve.load(tune_res["curve_file"])
     ar_fl = [sum(forward_flops(model, f, 1, prompt_len, keys) for f in ar_forwards([t], lean)) / t for t in curve.ar_tokens]
     out = [{"who": "AR", "mflop_per_token": statistics.fmean(ar_fl) / 1e6}]
-    pick = next((p for p in tune_res["picks"] if p["batch"] == 1 and p.get("pick")), None)
+    pick = next((p for p in tune_res["picks"] if p["batch"] == 1 and p.get("pick") is not None), None)
     if pick:
         point = next(p for p in curve.points if p.setting == {k: pick[k] for k in p.setting})
         fl = [sum(forward_flops(model, f, 1, prompt_len, keys)
@@ -54,9 +54,10 @@ def _flops_per_token(model, tune_res: dict, prompt_len: int, keys: int, lean: st
 
 
 def levers_section(model, tokenizer, prompts, grid: BenchGrid, *, fmt=None, ar_model=None, ar_tokenizer=None,
-                   repeats: int = 5, progress=None) -> list[dict]:
+                   repeats: int = 5, n_prompts: int = 8, progress=None) -> list[dict]:
     """Decode-level and step-level ratios of each lever, fp32 eager, at the grid's batch sizes up to 8, for AR and
-    the grid's largest B at its tau nearest 0.9 and smallest step cap, exact cache."""
+    the grid's largest B at its tau nearest 0.9 and smallest step cap, exact cache, on the first `n_prompts`."""
+    prompts = prompts[:n_prompts]
     m = copy.deepcopy(model).to(grid.device, torch.float32).eval()
     ar_m = copy.deepcopy(ar_model).to(grid.device, torch.float32).eval() if ar_model is not None else m
     b = max(grid.block_sizes)

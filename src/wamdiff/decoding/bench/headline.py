@@ -55,7 +55,8 @@ def diffusion_label(d: dict) -> str:
 
 
 def best_line(b: dict) -> str:
-    l2 = "" if b.get("l2_vs_expert") is None else f", L2 vs expert {b['l2_vs_expert']:.2f} m (AR {b['ar_l2_vs_expert']:.2f})"
+    ar_l2 = "-" if b.get("ar_l2_vs_expert") is None else f"{b['ar_l2_vs_expert']:.2f}"
+    l2 = "" if b.get("l2_vs_expert") is None else f", L2 vs expert {b['l2_vs_expert']:.2f} m (AR {ar_l2})"
     lat = ""
     if b.get("ar_latency_ms") is not None and b["batch"] == 1:
         lat = f"; ms per trajectory {b['ar_latency_ms']:.1f} -> {b['diffusion_latency_ms']:.1f}"

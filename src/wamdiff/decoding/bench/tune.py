@@ -122,7 +122,7 @@ def attach_measurements(result: dict) -> None:
 
     rows = {key(r): r for r in result["rows"]}
     for p in tune_res["picks"]:
-        p["row"] = rows.get(key(p)) if p.get("pick") else None
+        p["row"] = rows.get(key(p)) if p.get("pick") is not None else None
         good = [r for r in result["rows"] if (r["batch"], r["dtype"], r["compile"]) == (p["batch"], p["dtype"], p["compile"])
                 and meets_quality(r["quality"], r["ar_quality"])]
         best = max(good, key=lambda r: r["diffusion"]["plans_per_s"]) if good else None
@@ -152,7 +152,7 @@ def answer_length_effect(tune_res: dict, curve: DialCurve | None = None, lengths
         lean = tune_res["lean"]
         static = c["model"]["key"]["static_shapes"]
         pick = next((p for p in tune_res["picks"] if p["batch"] == 1 and p["dtype"] == c["dtype"]
-                     and p["compile"] == c["compile"] and p.get("pick")), None)
+                     and p["compile"] == c["compile"] and p.get("pick") is not None), None)
         if pick is None:
             continue
         point = points[(pick["block_size"], pick["threshold"], pick["max_steps"], pick["cache"])]
