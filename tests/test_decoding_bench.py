@@ -191,8 +191,10 @@ def test_picks_are_set_beside_the_grid_and_the_headline_table():
               "max_steps": 4, "cache": "exact", "predicted_ms_per_plan": 1.1e3 / r["diffusion"]["plans_per_s"]}
              for r in rows]
     result = {"rows": rows, "best": best_vs_best(rows), "threads": 1, "tune": {
-        "picks": picks, "predictions": preds, "curve": {"prompts": 3, "format": "fixed1", "ar_tokens_mean": 113.0,
-                                                        "ar_quality": {"l2_vs_expert": 1.0}}, "curve_file": "x"}}
+        "picks": picks, "predictions": preds, "curve_file": "x",
+        "curve": {"prompts": 3, "format": "fixed1", "ar_tokens_mean": 113.0, "ar_quality": {"l2_vs_expert": 1.0},
+                  "points": [{"block_size": b, "threshold": 0.9, "max_steps": 4, "cache": "exact", "at_ar_quality": ok}
+                             for b, ok in ((32, True), (8, True), (16, False))]}}}
     attach_measurements(result)
     p1, p8 = result["tune"]["picks"]
     assert p1["of_best"] == 1.0 and p1["best"]["block_size"] == 32  # B16 is faster but not at AR quality
@@ -202,6 +204,9 @@ def test_picks_are_set_beside_the_grid_and_the_headline_table():
     dial = [line for line in md.splitlines() if "speed dial (auto)" in line]
     assert len(dial) == 2 and "62%" in dial[1] and "100%" in dial[0]
     assert "| 1 | AR VLA (fastest setting) | fp32 | 250.0 | 4.00 |" in md
+    assert result["best"][1]["at_quality"]["block_size"] == 8  # judged on the curve
+    rows[4]["at_ar_quality"] = False  # the curve says B8 misses the bound at batch 8: the headline follows it
+    assert best_vs_best(rows)[1]["at_quality"]["block_size"] == 32
 
 
 def test_bench_tune_needs_expert_answers(tmp_path):

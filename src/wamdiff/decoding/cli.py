@@ -61,6 +61,8 @@ def bench(
                                           "machine's step-cost model, report the dial's pick per batch size against "
                                           "the grid, and store the curve for DecodeConfig(block_size='auto'). Needs "
                                           "--data with expert answers."),
+    tune_prompts: int = typer.Option(0, min=0, help="--tune: prompts of --data for the TPF/quality curve (0 = --n-prompts); "
+                                                  "more than the timed ones judges quality on more scenes."),
     lean: str = typer.Option("last_layer", help="Exact lean steps for AR and diffusion alike: off, head or last_layer."),
     roofline: bool = typer.Option(True, help="Roofline estimate (FLOPs, matmul rate) beside the step costs."),
     levers: bool = typer.Option(False, help="Cheaper-step levers, each paired against the reference path."),
@@ -92,7 +94,9 @@ def bench(
     is_vl = is_vision_model(model)
     expert = None
     if data is not None:
-        prompts, expert = load_wamdiff2_json(data, tok, vision=is_vl, limit=n_prompts)
+        prompts, expert = load_wamdiff2_json(data, tok, vision=is_vl, limit=max(n_prompts, tune_prompts if tune else 0))
+        tune_set = (prompts[:tune_prompts or n_prompts], expert[:tune_prompts or n_prompts])
+        prompts, expert = prompts[:n_prompts], expert[:n_prompts]
     else:
         prompts = synthetic_prompts(tok, n_prompts, vision=is_vl)
     compile_modes = _on_off(compile)
@@ -124,7 +128,7 @@ def bench(
     journal = out / JOURNAL
     if not resume:
         journal.unlink(missing_ok=True)
-    tuned = (bench_tune(model, tok, prompts, expert, grid, fmt=fmt, ar_model=ar_model, ar_tokenizer=ar_tok, out=out,
+    tuned = (bench_tune(model, tok, *tune_set, grid, fmt=fmt, ar_model=ar_model, ar_tokenizer=ar_tok, out=out,
                         progress=progress) if tune else None)
     result = run_bench(model, tok, prompts, grid, expert=expert, fmt=fmt, progress=progress, ar_model=ar_model, journal=journal,
                        ar_tokenizer=ar_tok)
@@ -134,7 +138,8 @@ def bench(
         attach_measurements(result)
         tuned["answer_length"] = answer_length_effect(tuned)
     if roofline:
-        result["roofline"] = roofline_section(model, tok, prompts, grid, fmt=fmt, tune_res=tuned, progress=progress)
+        result["roofline"] = roofline_section(model, tok, prompts, grid, fmt=fmt, tune_res=tuned, rows=result["rows"],
+                                              progress=progress)
     if levers:
         result["levers"] = levers_section(model, tok, prompts, grid, fmt=fmt, ar_model=ar_model, ar_tokenizer=ar_tok,
                                           progress=progress)

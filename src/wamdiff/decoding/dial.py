@@ -85,7 +85,7 @@ class DialCurve:
     def save(self, path: Path) -> Path:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_json(path, asdict(self))
+        write_json(path, asdict(self), indent=None)  # compact: one trace per sample, block and setting
         return path
 
     @classmethod

@@ -17,7 +17,7 @@ from wamdiff.models.tokens import PAD, token_id
 
 
 def roofline_section(model, tokenizer, prompts, grid: BenchGrid, *, fmt=None, tune_res: dict | None = None,
-                     progress=None) -> dict:
+                     rows: list[dict] | None = None, progress=None) -> dict:
     """Roofline rows per dtype of the grid (compile off), from the tuned cost models or a cached / new one."""
     rows, per_token = [], []
     tuned = {(c["dtype"], c["compile"]): StepCosts.from_dict(c["model"]) for c in (tune_res or {}).get("costs", [])}
@@ -34,22 +34,27 @@ def roofline_section(model, tokenizer, prompts, grid: BenchGrid, *, fmt=None, tu
         rows += [{"dtype": dname, **r} for r in roofline(m, costs, block_sizes=grid.block_sizes, peak_gflops=rate,
                                                           keys=keys, lean=grid.lean)]
         if tune_res and dname == grid.dtypes[0]:
-            per_token += _flops_per_token(m, tune_res, costs.prompt_len, keys, grid.lean)
+            per_token += _flops_per_token(m, tune_res, rows or [], costs.prompt_len, keys, grid.lean)
     return {"peak_gflops": peak, "weight_mb": weight_bytes(model) / 2 ** 20, "rows": rows, "per_token": per_token}
 
 
-def _flops_per_token(model, tune_res: dict, prompt_len: int, keys: int, lean: str) -> list[dict]:
+def _flops_per_token(model, tune_res: dict, rows: list[dict], prompt_len: int, keys: int, lean: str) -> list[dict]:
+    """Counted FLOPs per decoded token at batch 1 (prefill included) of AR, the dial's batch-1 pick and the fastest
+    measured batch-1 grid point, from the curve's traces."""
     curve = DialCurve.load(tune_res["curve_file"])
     ar_fl = [sum(forward_flops(model, f, 1, prompt_len, keys) for f in ar_forwards([t], lean)) / t for t in curve.ar_tokens]
     out = [{"who": "AR", "mflop_per_token": statistics.fmean(ar_fl) / 1e6}]
     pick = next((p for p in tune_res["picks"] if p["batch"] == 1 and p.get("pick") is not None), None)
-    if pick:
-        point = next(p for p in curve.points if p.setting == {k: pick[k] for k in p.setting})
+    fastest = max((r for r in rows if r["batch"] == 1), key=lambda r: r["diffusion"]["plans_per_s"], default=None)
+    for who, d in (("dial pick", pick), ("fastest grid point", fastest)):
+        point = next((p for p in curve.points if d is not None and p.setting == {k: d[k] for k in p.setting}), None)
+        if point is None:
+            continue
         fl = [sum(forward_flops(model, f, 1, prompt_len, keys)
                   for f in batch_forwards([s], point.block_size, point.cache, lean, False)) / t
               for s, t in zip(point.masked, point.tokens)]
-        out.append({"who": f"diffusion (dial pick B{point.block_size}, tau {point.threshold}, <= {point.max_steps} steps, "
-                           f"{point.cache})", "mflop_per_token": statistics.fmean(fl) / 1e6})
+        out.append({"who": f"diffusion, {who} (B{point.block_size}, tau {point.threshold}, <= {point.max_steps} steps, "
+                           f"{point.cache}, TPF {point.tpf:.2f})", "mflop_per_token": statistics.fmean(fl) / 1e6})
     return out
 
 

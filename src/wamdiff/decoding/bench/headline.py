@@ -25,11 +25,19 @@ def best_vs_best(rows: list[dict], tolerance: float = QUALITY_TOLERANCE) -> list
         sel = [r for r in rows if r["batch"] == n]
         ar = max(sel, key=lambda r: _plans_s(r["ar"]))
         entry = _versus(ar, max(sel, key=lambda r: _plans_s(r["diffusion"])))
-        good = [r for r in sel if meets_quality(r["quality"], r["ar_quality"], tolerance)]
+        good = [r for r in sel if at_ar_quality(r, tolerance)]
         entry["at_quality"] = _versus(ar, max(good, key=lambda r: _plans_s(r["diffusion"]))) if good else None
         entry["quality_tolerance"] = tolerance
         out.append(entry)
     return out
+
+
+def at_ar_quality(row: dict, tolerance: float = QUALITY_TOLERANCE) -> bool:
+    """A grid row meets the quality bound: judged on the speed dial's curve when the run tuned one (more prompts,
+    the same decoding; `tune.attach_measurements` sets `at_ar_quality`), else on the row's own prompts."""
+    if row.get("at_ar_quality") is not None:
+        return bool(row["at_ar_quality"])
+    return meets_quality(row["quality"], row["ar_quality"], tolerance)
 
 
 def _versus(ar: dict, d: dict) -> dict:

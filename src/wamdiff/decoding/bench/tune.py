@@ -17,6 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from wamdiff.decoding.bench.grid import DTYPES, BenchGrid
+from wamdiff.decoding.bench.headline import at_ar_quality, best_vs_best
 from wamdiff.decoding.bench.quality import quality
 from wamdiff.decoding.cost_model import Forward, StepCosts, step_costs_for
 from wamdiff.decoding.dial import (
@@ -111,8 +112,9 @@ def _curve_summary(curve: DialCurve) -> dict:
 
 
 def attach_measurements(result: dict) -> None:
-    """Put each pick next to its measured grid row and the fastest measured row at AR quality (same batch, dtype,
-    compile), and each prediction next to its measured latency (in place)."""
+    """Judge every grid row's quality on the curve (`at_ar_quality`, and the best-vs-best lines again), put each pick
+    next to its measured grid row and the fastest measured row at AR quality (same batch, dtype, compile), and each
+    prediction next to its measured latency (in place)."""
     tune_res = result.get("tune")
     if not tune_res:
         return
@@ -121,10 +123,15 @@ def attach_measurements(result: dict) -> None:
         return d["batch"], d["dtype"], d["compile"], d["block_size"], d["threshold"], d["max_steps"], d["cache"]
 
     rows = {key(r): r for r in result["rows"]}
+    on_curve = {(c["block_size"], c["threshold"], c["max_steps"], c["cache"]): c["at_ar_quality"]
+                for c in tune_res["curve"]["points"]}
+    for r in result["rows"]:  # the quality bound as the dial judges it: on the curve's prompts
+        r["at_ar_quality"] = on_curve.get(key(r)[3:])
+    result["best"] = best_vs_best(result["rows"])
     for p in tune_res["picks"]:
         p["row"] = rows.get(key(p)) if p.get("pick") is not None else None
         good = [r for r in result["rows"] if (r["batch"], r["dtype"], r["compile"]) == (p["batch"], p["dtype"], p["compile"])
-                and meets_quality(r["quality"], r["ar_quality"])]
+                and at_ar_quality(r)]
         best = max(good, key=lambda r: r["diffusion"]["plans_per_s"]) if good else None
         p["best"] = None if best is None else {k: best[k] for k in ("block_size", "threshold", "max_steps", "cache")}
         p["best_plans_per_s"] = None if best is None else best["diffusion"]["plans_per_s"]
