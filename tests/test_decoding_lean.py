@@ -21,16 +21,13 @@ EOS, PADID = token_id(TOK, IM_END), token_id(TOK, PAD)
 
 
 @pytest.fixture(scope="module")
-def qwen3():
-    return tiny_qwen3(TOK, peaky=6.0, seed=1)
+def models():
+    """{vision: model}: a text-only and a vision model of their own seeds."""
+    return {False: tiny_qwen3(TOK, peaky=6.0, seed=21), True: tiny_qwen3_vl(TOK, peaky=6.0, seed=22)}
 
 
-@pytest.fixture(scope="module")
-def qwen3_vl():
-    return tiny_qwen3_vl(TOK, peaky=6.0, seed=2)
-
-
-def test_tail_mlp_runs_the_mlp_on_the_last_rows_only(qwen3):
+def test_tail_mlp_runs_the_mlp_on_the_last_rows_only(models):
+    qwen3 = models[False]
     tail = install_tail(qwen3)
     assert install_tail(qwen3) is tail and isinstance(last_mlp(qwen3).forward, TailMLP)  # idempotent
     x = torch.randn(2, 5, qwen3.config.hidden_size)
@@ -58,10 +55,10 @@ def _decode(model, prompts, lean, **kw):
 
 @pytest.mark.parametrize("vl", [False, True])
 @pytest.mark.parametrize("delayed", [False, True])
-def test_lean_steps_give_the_full_steps_tokens_and_logits_in_a_batch(qwen3, qwen3_vl, vl, delayed):
+def test_lean_steps_give_the_full_steps_tokens_and_logits_in_a_batch(models, vl, delayed):
     """Batch of prompts of different lengths: lean steps (head, last layer) against the reference path, with the
     exact and with the delayed cache; logits compared at every position still masked before the step."""
-    model = qwen3_vl if vl else qwen3
+    model = models[vl]
     prompts = [synthetic_prompt(TOK, n, seed=50 + n, image=vl) for n in (3, 14, 8)]
     kw = dict(block=8, max_new_tokens=24, threshold=0.7, max_steps=8, delayed_cache=delayed)
     ref, ref_logs = _decode(model, prompts, "off", **dict(kw))
@@ -75,7 +72,8 @@ def test_lean_steps_give_the_full_steps_tokens_and_logits_in_a_batch(qwen3, qwen
 
 
 @pytest.mark.parametrize("mode", ["ar", "block"])
-def test_generate_lean_and_prefill_cache_equal_the_reference_path(qwen3_vl, mode):
+def test_generate_lean_and_prefill_cache_equal_the_reference_path(models, mode):
+    qwen3_vl = models[True]
     prompts = [synthetic_prompt(TOK, n, seed=60 + n, image=True) for n in (5, 11)]
     base = dict(mode=mode, block_size=4, threshold=0.6, max_new_tokens=16)
     ref = generate(qwen3_vl, TOK, prompts, DecodeConfig(lean="off", prefill_cache=False, **base))
@@ -84,7 +82,8 @@ def test_generate_lean_and_prefill_cache_equal_the_reference_path(qwen3_vl, mode
     assert [g.forwards for g in new] == [g.forwards for g in ref]
 
 
-def test_cached_vision_tables_give_bitwise_the_same_image_features(qwen3_vl):
+def test_cached_vision_tables_give_bitwise_the_same_image_features(models):
+    qwen3_vl = models[True]
     prompts = [synthetic_prompt(TOK, 4, seed=s, image=True) for s in (1, 2)]
     batch = collate_prompts(prompts, PADID)
     tables = vision_tables(qwen3_vl, batch.image_grid_thw)

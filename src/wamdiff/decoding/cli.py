@@ -65,7 +65,8 @@ def bench(
                                                   "more than the timed ones judges quality on more scenes."),
     lean: str = typer.Option("last_layer", help="Exact lean steps for AR and diffusion alike: off, head or last_layer."),
     roofline: bool = typer.Option(True, help="Roofline estimate (FLOPs, matmul rate) beside the step costs."),
-    levers: bool = typer.Option(False, help="Cheaper-step levers, each paired against the reference path."),
+    levers: bool = typer.Option(False, help="Cheaper-step levers, each paired against the reference path, and the "
+                                            "measured effect of the answer length (17 tokens vs whole answers)."),
     out: Path = typer.Option(Path("runs/bench"), help="Output folder (bench.json, bench.png)."),
 ) -> None:
     """Run the benchmark (the default action of `wamdiff bench`)."""
@@ -75,7 +76,7 @@ def bench(
     from wamdiff.decoding.bench import (
         JOURNAL, BenchGrid, guess_format, load_wamdiff2_json, print_table, run_bench, synthetic_prompts, write_outputs,
     )
-    from wamdiff.decoding.bench.analysis import levers_section, roofline_section
+    from wamdiff.decoding.bench.analysis import answer_length_section, levers_section, roofline_section
     from wamdiff.decoding.bench.tune import answer_length_effect, attach_measurements
     from wamdiff.decoding.bench.tune import tune as bench_tune
     from wamdiff.models import build_model, build_tokenizer, is_vision_model, load_model, to_diffusion
@@ -143,6 +144,9 @@ def bench(
     if levers:
         result["levers"] = levers_section(model, tok, prompts, grid, fmt=fmt, ar_model=ar_model, ar_tokenizer=ar_tok,
                                           progress=progress)
+        progress("answer length: AR vs diffusion on the first 17 tokens and on whole answers, batch 1, paired")
+        result["answer_length"] = answer_length_section(model, tok, prompts, grid, fmt=fmt, ar_model=ar_model,
+                                                        ar_tokenizer=ar_tok)
     write_outputs(result, out)
     journal.unlink(missing_ok=True)  # complete: the next run measures afresh
     print_table(result, console)

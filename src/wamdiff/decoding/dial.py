@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import sys
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -240,7 +241,8 @@ def resolve_auto(model, tokenizer, prompts, config: DecodeConfig) -> DecodeConfi
     curve = find_curve(model)
     device = next(model.parameters()).device
     static = config.static_shapes(device)
-    costs = step_costs_for(model, prompts[0], config, pad_id=token_id(tokenizer, PAD), block_sizes=curve.block_sizes())
+    costs = step_costs_for(model, prompts[0], config, pad_id=token_id(tokenizer, PAD), block_sizes=curve.block_sizes(),
+                           progress=lambda line: print(f"wamdiff: {line}", file=sys.stderr, flush=True))
     key = (curve.fingerprint, json.dumps(costs.key, sort_keys=True), costs.measured_at, len(prompts), config.lean, static)
     pick = _PICKS.get(key)
     if pick is None:

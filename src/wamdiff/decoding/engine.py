@@ -7,6 +7,7 @@ import torch
 from wamdiff.decoding.ar import decode_ar
 from wamdiff.decoding.block import decode_block
 from wamdiff.decoding.config import AUTO, DecodeConfig, Generation
+from wamdiff.decoding.dial import resolve_auto
 from wamdiff.decoding.runner import PROMPT_BUCKET, StepRunner, collate_prompts
 from wamdiff.models.tokens import IM_END, MASK, PAD, token_id
 
@@ -49,8 +50,6 @@ def generate(model, tokenizer, prompts, config: DecodeConfig | None = None, *, t
     config = config or DecodeConfig()
     prepare_model(model, config)
     if config.mode == "block" and config.block_size == AUTO:
-        from wamdiff.decoding.dial import resolve_auto  # noqa: PLC0415  (the dial imports this module)
-
         config = resolve_auto(model, tokenizer, prompts, config)
     eos_id, pad_id = token_id(tokenizer, IM_END), token_id(tokenizer, PAD)
     device = next(model.parameters()).device

@@ -12,8 +12,9 @@ a commit of block b (same rows: the clean block is bidirectional inside itself, 
 commit + next step (2B rows: the clean block b cannot see block b + 1, the noisy block b + 1 sees clean b),
 and the AR step (B = 1: causal). Slots that are not written yet have larger block ids, so they are hidden
 by the same rule. Position ids are precomputed for all slots too; a step only slices views. A step may also
-query an arbitrary slot list per sample (`forward_slots`, the delayed-cache denoising steps): its mask rows
-and positions are gathered from the same tables.
+query an arbitrary slot list per sample (`forward_slots`: delayed-cache and lean denoising steps): its mask rows
+and positions are gathered from the same tables. Every forward returns the logits of its last `keep` query rows
+only (with lean "last_layer", those rows alone also run the last layer's MLP: `decoding.lean`).
 
 This is the mask of DESIGN §2.1 restricted to decode time; `tests/test_decoding_masks.py` checks it against
 `wamdiff.diffusion.masks.decode_block_mask_dense`.

@@ -1,18 +1,21 @@
 """What `wamdiff bench` reports beyond the timed grid: the roofline estimate beside the measured step costs, the
-cheaper-step levers (paired against the reference path). Each part returns JSON-able rows for `tables`."""
+cheaper-step levers (paired against the reference path) and the measured effect of the answer length (short answers
+cut from the long ones). Each part returns JSON-able rows for `tables`."""
 
 from __future__ import annotations
 
 import copy
 import statistics
+from dataclasses import replace
 
 import torch
 
 from wamdiff.decoding.bench.grid import DTYPES, BenchGrid
-from wamdiff.decoding.bench.levers import decode_levers, step_levers
+from wamdiff.decoding.bench.levers import decode_levers, paired_walls, step_levers
 from wamdiff.decoding.bench.roofline import forward_flops, matmul_gflops, roofline, weight_bytes
 from wamdiff.decoding.cost_model import StepCosts, step_costs_for
 from wamdiff.decoding.dial import DialCurve, ar_forwards, batch_forwards
+from wamdiff.decoding.engine import generate
 from wamdiff.models.tokens import PAD, token_id
 
 
@@ -76,3 +79,30 @@ def levers_section(model, tokenizer, prompts, grid: BenchGrid, *, fmt=None, ar_m
                          ar_tokenizer=ar_tokenizer)
     rows += step_levers(m, prompts[0], pad_id=token_id(tokenizer, PAD), block_size=b, batches=batches)
     return rows
+
+
+def answer_length_section(model, tokenizer, prompts, grid: BenchGrid, *, fmt=None, ar_model=None, ar_tokenizer=None,
+                          lengths=(17, None), repeats: int = 5, n_prompts: int = 8) -> list[dict]:
+    """Measured effect of the answer length at batch 1: AR and the grid's largest B (tau nearest 0.9, smallest step
+    cap, exact cache) decoding the first `n` tokens only (17 = a delta answer's 16 tokens + EOS; None = the whole
+    answer), paired and interleaved on the same prompts."""
+    m = copy.deepcopy(model).to(grid.device, torch.float32).eval()
+    ar_m = copy.deepcopy(ar_model).to(grid.device, torch.float32).eval() if ar_model is not None else m
+    ar_tok = ar_tokenizer or tokenizer
+    b = max(grid.block_sizes)
+    tau = min(grid.thresholds, key=lambda t: abs(t - 0.9))
+    point = (b, tau, min(grid.max_steps_per_block), "exact")
+    prompts = prompts[:n_prompts]
+    out = []
+    for n_tok in lengths:
+        budget = {} if n_tok is None else {"max_new_tokens": n_tok}
+        ar_cfg = replace(grid.config(ar_tok, fmt, mode="ar"), **budget)
+        d_cfg = replace(grid.block_config(point, tokenizer, fmt), **budget)
+        walls = paired_walls({"ar": lambda: [generate(ar_m, ar_tok, [p], ar_cfg) for p in prompts],
+                         "diffusion": lambda: [generate(m, tokenizer, [p], d_cfg) for p in prompts]}, repeats)
+        ratio = statistics.median(a / d for a, d in zip(walls["ar"], walls["diffusion"]))
+        out.append({"answer_tokens": n_tok or grid.max_new_tokens, "block_size": b, "threshold": tau,
+                    "max_steps": point[2], "ar_ms_per_plan": 1e3 * statistics.median(walls["ar"]) / len(prompts),
+                    "diffusion_ms_per_plan": 1e3 * statistics.median(walls["diffusion"]) / len(prompts),
+                    "times_ar": ratio, "repeats": repeats, "truncated": n_tok is not None})
+    return out

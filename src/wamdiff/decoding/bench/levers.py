@@ -31,7 +31,7 @@ LEVERS = {
 }
 
 
-def _paired(fns: dict, repeats: int) -> dict[str, list[float]]:
+def paired_walls(fns: dict, repeats: int) -> dict[str, list[float]]:
     """Wall seconds of each callable per repeat, interleaved (the order rotates every repeat)."""
     names = list(fns)
     for f in fns.values():  # warm-up
@@ -66,7 +66,7 @@ def decode_levers(model, tokenizer, prompts, configs: dict[str, DecodeConfig], *
                 gens = [g for c in chunks for g in generate(m, tok, c, cfg)]
                 tokens[name] = [g.token_ids for g in gens]
 
-            walls = _paired({k: (lambda c=c, k=k: run(c, k)) for k, c in variants.items()}, repeats)
+            walls = paired_walls({k: (lambda c=c, k=k: run(c, k)) for k, c in variants.items()}, repeats)
             plans = sum(len(c) for c in chunks)
             ratios = _ratios(walls)
             ref_ms = 1e3 * statistics.median(walls["reference"]) / plans
@@ -111,7 +111,7 @@ def step_levers(model, prompt, *, pad_id: int, block_size: int = 32, batches=(1,
             "prompt prefill (AR)": {k: (lambda r=r: r.prefill(None, keep=1)) for k, r in runners.items()},
         }
         for case, fns in cases.items():
-            walls = _paired(fns, repeats)
+            walls = paired_walls(fns, repeats)
             ratios = _ratios(walls)
             ref_ms = 1e3 * min(walls["reference"])
             for name in LEVERS:

@@ -68,6 +68,13 @@ def markdown_tables(result: dict) -> str:
                          f"{r.get('reference_ms_per_plan', r.get('reference_ms')):.2f}",
                          f"{r.get('lever_ms_per_plan', r.get('lever_ms')):.2f}", f"{r['ratio']:.3f}",
                          {True: "yes", False: "NO", None: "-"}[r.get("same_tokens")]] for r in result["levers"]])]
+    if result.get("answer_length"):
+        lines += ["", "Answer length, measured (batch 1, paired and interleaved; a 17-token answer = the first 17 tokens of "
+                      "each answer, as long as a delta answer):", "",
+                  *_md(["answer tokens", "diffusion setting", "AR ms/plan", "diffusion ms/plan", "× AR"],
+                       [[str(r["answer_tokens"]) + (" (cut)" if r["truncated"] else ""), diffusion_label(r),
+                         f"{r['ar_ms_per_plan']:.1f}", f"{r['diffusion_ms_per_plan']:.1f}", f"{r['times_ar']:.2f}x"]
+                        for r in result["answer_length"]])]
     return "\n".join(lines) + "\n"
 
 
