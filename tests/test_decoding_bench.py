@@ -229,3 +229,9 @@ def test_levers_are_paired_against_the_reference_path():
     assert all(r["ratio"] > 0 for r in rows)
     steps = step_levers(model, prompts[0], pad_id=token_id(tok, PAD), block_size=4, batches=(1,), repeats=2)
     assert {r["mode"] for r in steps} == {"B4 step, 4 still-masked rows", "B4 fused commit + step", "prompt prefill (AR)"}
+    from wamdiff.decoding.bench.analysis import answer_length_section
+
+    grid = BenchGrid([1], [4], [0.9], ["fp32"], 12, [4], caches=["exact"])
+    short, whole = answer_length_section(model, tok, prompts, grid, lengths=(5, None), repeats=2)
+    assert (short["answer_tokens"], short["truncated"], whole["answer_tokens"], whole["truncated"]) == (5, True, 12, False)
+    assert short["ar_ms_per_plan"] > 0 and whole["times_ar"] > 0

@@ -96,3 +96,22 @@ def test_cached_vision_tables_give_bitwise_the_same_image_features(models):
     for fa, fb in zip(plain.deepstack_features, cached.deepstack_features):
         assert all(torch.equal(a, b) for a, b in zip(fa, fb))
     assert set(tables) == {"interp_indices", "interp_weights", "position_ids", "cu_seqlens", "max_seqlen"}
+
+
+@pytest.mark.parametrize("lean", ["off", "last_layer"])
+@pytest.mark.parametrize("rows, keep", [(8, 3), (16, 16), (8, 0)])
+def test_counted_flops_of_a_step_match_the_roofline_formula(models, lean, rows, keep):
+    """torch's FlopCounterMode on a real runner step (the matmuls it runs) against `roofline.text_flops` (attention
+    left out: CPU SDPA is not counted): the lean step really skips the last layer's MLP at rows without logits."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from wamdiff.decoding.bench.roofline import text_flops
+
+    model = models[False]
+    runner = StepRunner(model, collate_prompts([synthetic_prompt(TOK, 10, seed=3)], PADID), rows, rows, lean=lean)
+    with torch.inference_mode():
+        runner.prefill(None, keep=1)
+        with FlopCounterMode(display=False) as counter:
+            runner.forward(torch.zeros(1, rows, dtype=torch.long), runner.P, keep=keep)
+    mlp_rows = keep if lean == "last_layer" else None
+    assert counter.get_total_flops() == text_flops(model, rows, 0, keep, mlp_rows)

@@ -31,8 +31,11 @@ class TailMLP:
     """The last decoder layer's MLP restricted to the last `rows` rows of its input (None: every row)."""
 
     def __init__(self, mlp):
-        self.full = type(mlp).forward.__get__(mlp)  # the class forward, bound: the instance attribute is us
+        self.mlp = mlp  # its class forward runs the MLP (the instance attribute `forward` is this object)
         self.rows: int | None = None
+
+    def full(self, x):
+        return type(self.mlp).forward(self.mlp, x)
 
     def __call__(self, x):
         k, n = self.rows, x.shape[1]

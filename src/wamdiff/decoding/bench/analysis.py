@@ -22,7 +22,7 @@ from wamdiff.models.tokens import PAD, token_id
 def roofline_section(model, tokenizer, prompts, grid: BenchGrid, *, fmt=None, tune_res: dict | None = None,
                      rows: list[dict] | None = None, progress=None) -> dict:
     """Roofline rows per dtype of the grid (compile off), from the tuned cost models or a cached / new one."""
-    rows, per_token = [], []
+    roof, per_token = [], []
     tuned = {(c["dtype"], c["compile"]): StepCosts.from_dict(c["model"]) for c in (tune_res or {}).get("costs", [])}
     keys = round(statistics.fmean(p.input_ids.numel() for p in prompts)) + grid.max_new_tokens
     peak = None
@@ -34,11 +34,11 @@ def roofline_section(model, tokenizer, prompts, grid: BenchGrid, *, fmt=None, tu
                                                             batches=sorted(set(grid.batch_sizes) | {1}))
         rate = matmul_gflops(DTYPES[dname], grid.device)
         peak = peak or rate
-        rows += [{"dtype": dname, **r} for r in roofline(m, costs, block_sizes=grid.block_sizes, peak_gflops=rate,
+        roof += [{"dtype": dname, **r} for r in roofline(m, costs, block_sizes=grid.block_sizes, peak_gflops=rate,
                                                           keys=keys, lean=grid.lean)]
         if tune_res and dname == grid.dtypes[0]:
             per_token += _flops_per_token(m, tune_res, rows or [], costs.prompt_len, keys, grid.lean)
-    return {"peak_gflops": peak, "weight_mb": weight_bytes(model) / 2 ** 20, "rows": rows, "per_token": per_token}
+    return {"peak_gflops": peak, "weight_mb": weight_bytes(model) / 2 ** 20, "rows": roof, "per_token": per_token}
 
 
 def _flops_per_token(model, tune_res: dict, rows: list[dict], prompt_len: int, keys: int, lean: str) -> list[dict]:
