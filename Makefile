@@ -37,13 +37,19 @@ test-gpu: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/wamdiff demo
 
-# AR VLA vs diffusion student (shipped checkpoints) on freshly simulated test prompts: the issue's grid
-# (batch 1/8, B 4-32, tau 0.7-0.95, fp32/bf16) x step caps 32/4 x exact/delayed cache, 1 thread. ~25 min.
-BENCH_ARGS ?= --max-steps 32,4
+# AR VLA vs diffusion student (shipped checkpoints) on freshly simulated test prompts (32 timed, 64 for the TPF/quality
+# curve), 1 thread: the speed dial (--tune: the student's TPF/quality curve and this machine's step-cost model, the
+# dial's pick per batch size), the timed grid at batch 1/8/32 (B 8-32, tau 0.7/0.9, step caps 32/4, exact/delayed
+# cache, fp32; add bf16 with BENCH_ARGS="... --dtypes fp32,bf16" on a CPU with AMX), then the headline table,
+# step-cost ratios, roofline and the cheaper-step levers. Writes runs/bench/bench.{md,json,png}, dial_curve.json.
+BENCH_ARGS ?= --blocks 8,16,32 --taus 0.7,0.9 --max-steps 32,4 --dtypes fp32
+# the camera the shipped checkpoints were trained with (render.LEGACY_CAMERA: ego-centred, no route line)
+BENCH_CAMERA ?= --look-ahead 0 --no-route
 bench: $(STAMP)
-	$(BIN)/wamdiff data generate --split test --n 8 --out runs/bench/data --fmt fixed1
+	$(BIN)/wamdiff data generate --split test --n 16 --out runs/bench/data_legacy_camera --fmt fixed1 $(BENCH_CAMERA)
 	$(BIN)/wamdiff bench --checkpoint checkpoints/block32_more --ar-checkpoint checkpoints/ar_sft \
-		--data runs/bench/data/test.json --n-prompts 16 --threads 1 --format fixed1 --out runs/bench $(BENCH_ARGS)
+		--data runs/bench/data_legacy_camera/test.json --n-prompts 32 --tune-prompts 64 --threads 1 --format fixed1 \
+		--batch 1,8,32 --tune --levers --out runs/bench $(BENCH_ARGS)
 
 # The planner server under load on loopback (127.0.0.1 only): diffusion (B32) and AR servers, 1 / 8 / 32 concurrent
 # clients, each level bounded by SERVE_REQUESTS requests and SERVE_SECONDS seconds (stops by itself), against

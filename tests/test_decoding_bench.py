@@ -125,3 +125,113 @@ def test_interrupted_bench_resumes_from_its_journal(tmp_path):
     run_bench(model, tok, prompts, other, journal=journal, progress=lambda r: computed.append(r))
     assert len(computed) == 1 and isinstance(computed[0], dict)  # another grid: nothing reused
     assert journal.with_suffix(".stale").exists()
+
+
+def _tiny_checkpoints_and_data(tmp_path, n=2):
+    import numpy as np
+    from PIL import Image
+
+    from wamdiff.models import build_model, build_tokenizer, save_model, to_diffusion
+
+    tok = build_tokenizer()
+    save_model(build_model("tiny", tok, vision=True, seed=0), tok, tmp_path / "ar")
+    save_model(to_diffusion(build_model("tiny", tok, vision=True, seed=1), 4, tokenizer=tok), tok, tmp_path / "diff")
+    Image.fromarray(np.zeros((64, 64, 3), np.uint8)).save(tmp_path / "img.png")
+    recs = [{"id": f"s{i}", "image": "img.png", "conversations": [
+        {"from": "human", "value": f"Here is a front-view image: <image>\nThe navigation information is: {c}"},
+        {"from": "gpt", "value": ",".join([f"+00{i}.0"] * 16)}]} for i, c in zip(range(n), ("left", "right", "straight"))]
+    (tmp_path / "test.json").write_text(json.dumps(recs))
+    return tmp_path / "ar", tmp_path / "diff", tmp_path / "test.json"
+
+
+@pytest.mark.slow
+def test_bench_tune_end_to_end_stores_the_curve_and_reports_the_picks(tmp_path):
+    """--tune on tiny checkpoints: fixed1 answers with the format's grammar always have the template's shape, so the
+    curve has quality figures; it is stored for block_size="auto" and the tables carry the dial's section."""
+    from wamdiff.decoding.dial import CURVE_FILE, DialCurve, curve_path
+
+    ar, diff, data = _tiny_checkpoints_and_data(tmp_path)
+    out = tmp_path / "bench"
+    res = CliRunner().invoke(app, ["--checkpoint", str(diff), "--ar-checkpoint", str(ar), "--data", str(data),
+                                   "--n-prompts", "2", "--batch", "1,2", "--blocks", "8", "--taus", "0.9",
+                                   "--dtypes", "fp32", "--max-steps", "4", "--caches", "exact", "--max-new-tokens", "120",
+                                   "--no-step-cost", "--tune", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    got = json.loads((out / "bench.json").read_text())
+    curve = DialCurve.load(out / CURVE_FILE)
+    assert DialCurve.load(curve_path(curve.fingerprint)) == curve  # where block_size="auto" finds it
+    assert len(curve.points) == 1 and all(t == 112 for p in curve.points for t in p.tokens)  # 111 template tokens + EOS
+    assert {p["batch"] for p in got["tune"]["picks"]} == {1, 2} and got["tune"]["costs"][0]["model"]["batches"] == [1, 2]
+    assert got["roofline"]["rows"] and got["roofline"]["peak_gflops"] > 0
+    assert "Speed dial" in got["markdown"] and "Headline" in got["markdown"] and "Roofline" in got["markdown"]
+    assert "headline" in res.output
+
+
+def _row(batch, block, ar_pps, d_pps, l2, fails=0):
+    def side(pps):
+        return {"plans_per_s": pps, "latency_ms": 1e3 * batch / pps, "tok_s": 100 * pps, "tpf": 5.0, "ms_per_token": 1.0,
+                "forwards_per_sample": 20.0}
+
+    return {"dtype": "fp32", "compile": False, "batch": batch, "block_size": block, "threshold": 0.9, "max_steps": 4,
+            "cache": "exact", "ar": side(ar_pps), "diffusion": side(d_pps), "times_ar": d_pps / ar_pps,
+            "speedup": d_pps / ar_pps, "quality": {"l2_vs_expert": l2, "parse_failures": fails, "exact_match_vs_ar": 0.0},
+            "ar_quality": {"l2_vs_expert": 1.0, "parse_failures": 0, "exact_match_vs_ar": 1.0}}
+
+
+def test_picks_are_set_beside_the_grid_and_the_headline_table():
+    from wamdiff.decoding.bench import best_vs_best, markdown_tables
+    from wamdiff.decoding.bench.tune import attach_measurements
+
+    rows = [_row(1, 32, 4.0, 14.0, 1.05), _row(1, 8, 4.0, 10.0, 1.02), _row(1, 16, 4.0, 20.0, 1.5),
+            _row(8, 32, 20.0, 25.0, 1.05), _row(8, 8, 20.0, 40.0, 1.02), _row(8, 16, 20.0, 50.0, 1.0, fails=1)]
+    pick = {"predicted_ms_per_plan": 70.0, "predicted_ar_ms_per_plan": 250.0}
+    picks = [{"dtype": "fp32", "compile": False, "batch": n, "block_size": b, "threshold": 0.9, "max_steps": 4,
+              "cache": "exact", "pick": pick} for n, b in ((1, 32), (8, 32))]
+    preds = [{"dtype": "fp32", "compile": False, "batch": r["batch"], "block_size": r["block_size"], "threshold": 0.9,
+              "max_steps": 4, "cache": "exact", "predicted_ms_per_plan": 1.1e3 / r["diffusion"]["plans_per_s"]}
+             for r in rows]
+    result = {"rows": rows, "best": best_vs_best(rows), "threads": 1, "tune": {
+        "picks": picks, "predictions": preds, "curve_file": "x",
+        "curve": {"prompts": 3, "format": "fixed1", "ar_tokens_mean": 113.0, "ar_quality": {"l2_vs_expert": 1.0},
+                  "points": [{"block_size": b, "threshold": 0.9, "max_steps": 4, "cache": "exact", "at_ar_quality": ok}
+                             for b, ok in ((32, True), (8, True), (16, False))]}}}
+    attach_measurements(result)
+    p1, p8 = result["tune"]["picks"]
+    assert p1["of_best"] == 1.0 and p1["best"]["block_size"] == 32  # B16 is faster but not at AR quality
+    assert p8["of_best"] == pytest.approx(25 / 40) and p8["best"]["block_size"] == 8  # B16: a failed parse more
+    assert result["tune"]["prediction_error"] == pytest.approx(0.1)
+    md = markdown_tables(result)
+    dial = [line for line in md.splitlines() if "speed dial (auto)" in line]
+    assert len(dial) == 2 and "62%" in dial[1] and "100%" in dial[0]
+    assert "| 1 | AR VLA (fastest setting) | fp32 | 250.0 | 4.00 |" in md
+    assert result["best"][1]["at_quality"]["block_size"] == 8  # judged on the curve
+    rows[4]["at_ar_quality"] = False  # the curve says B8 misses the bound at batch 8: the headline follows it
+    assert best_vs_best(rows)[1]["at_quality"]["block_size"] == 32
+
+
+def test_bench_tune_needs_expert_answers(tmp_path):
+    res = CliRunner().invoke(app, ["--preset", "tiny", "--tune", "--out", str(tmp_path)])
+    assert res.exit_code == 2 and "--tune" in res.output and "--data" in res.output
+
+
+def test_levers_are_paired_against_the_reference_path():
+    from wamdiff.decoding.bench.levers import LEVERS, decode_levers, step_levers
+    from wamdiff.decoding.config import DecodeConfig
+    from wamdiff.models import build_model, build_tokenizer, image_processor_for, to_diffusion
+    from wamdiff.models.tokens import PAD, token_id
+
+    tok = build_tokenizer()
+    model = to_diffusion(build_model("tiny", tok, vision=True, seed=0), 4, tokenizer=tok)
+    prompts = synthetic_prompts(tok, 2, vision=True, image_processor=image_processor_for(model))
+    rows = decode_levers(model, tok, prompts, {"block": DecodeConfig(block_size=4, max_new_tokens=8)}, batches=(1,),
+                         repeats=2)
+    assert [r["lever"] for r in rows] == list(LEVERS) and all(r["same_tokens"] for r in rows)  # exact levers
+    assert all(r["ratio"] > 0 for r in rows)
+    steps = step_levers(model, prompts[0], pad_id=token_id(tok, PAD), block_size=4, batches=(1,), repeats=2)
+    assert {r["mode"] for r in steps} == {"B4 step, 4 still-masked rows", "B4 fused commit + step", "prompt prefill (AR)"}
+    from wamdiff.decoding.bench.analysis import answer_length_section
+
+    grid = BenchGrid([1], [4], [0.9], ["fp32"], 12, [4], caches=["exact"])
+    short, whole = answer_length_section(model, tok, prompts, grid, lengths=(5, None), repeats=2)
+    assert (short["answer_tokens"], short["truncated"], whole["answer_tokens"], whole["truncated"]) == (5, True, 12, False)
+    assert short["ar_ms_per_plan"] > 0 and whole["times_ar"] > 0

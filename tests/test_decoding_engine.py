@@ -40,6 +40,7 @@ def _eos_at(model, token: int):
 
 
 # ------------------------------------------------------------------------------------------- reference decoders
+@torch.no_grad()
 def _full_logits(model, ids: list[int], n_prompt: int, block: int, prompt) -> torch.Tensor:
     """No-cache forward over [prompt | answer] with a brute-force block-causal mask (prompt token-causal,
     answer block c sees the prompt and answer blocks <= c). Returns logits [L, V] in fp32."""
@@ -95,41 +96,55 @@ def _decode_block_traced(model, prompts, cfg):
     bs, mask_id = model_block_settings(model, TOK)
     bs = cfg.block_size or bs
     batch = collate_prompts(prompts, PADID)
-    runner = StepRunner(model, batch, bs, cfg.max_new_tokens)
+    runner = StepRunner(model, batch, bs, cfg.max_new_tokens, lean=cfg.lean, prefill_cache=cfg.prefill_cache)
     logs = []
     out, lengths, forwards, finished = block_mod.decode_block(
         runner, max_new_tokens=cfg.max_new_tokens, mask_id=mask_id, eos_id=EOS, pad_id=PADID,
         threshold=cfg.threshold, max_steps=cfg.max_steps_per_block, strategy=cfg.strategy,
-        fused_commit=cfg.fused_commit, trace=lambda b, s, x, lg: logs.append(lg.float()),
+        fused_commit=cfg.fused_commit, trace=lambda b, s, x, lg: logs.append((x == mask_id, lg.float())),
     )
     return to_generations(TOK, out, lengths, forwards, finished, EOS), logs
 
 
+def _assert_step_logits_match(logs, ref_logs, lean: str):
+    """Every step's logits equal the no-cache reference's: at every block position (lean off) or at the positions
+    still masked before the step (lean steps give logits only there; the others are NaN)."""
+    assert len(logs) == len(ref_logs)
+    for (masked, lg), rl in zip(logs, ref_logs):
+        rows = torch.ones_like(masked[0]) if lean == "off" else masked[0]
+        torch.testing.assert_close(lg[0][rows], rl[rows], atol=1e-5, rtol=0)
+        if lean != "off" and not rows.all():
+            assert lg[0][~rows].isnan().all()
+
+
 # ------------------------------------------------------------------------------------------------------ tests
+@pytest.mark.parametrize("lean", ["off", "head", "last_layer"])
 @pytest.mark.parametrize("block", [4, 32])
 @pytest.mark.parametrize("fused", [True, False])
-def test_cached_block_decoding_equals_recomputation(qwen3, block, fused):
+def test_cached_block_decoding_equals_recomputation(qwen3, block, fused, lean):
+    """Exact paths, token for token and logit for logit against full recomputation: the static slot cache, the
+    fused commit, and the lean steps (logits / last-layer MLP only where read)."""
     prompt = synthetic_prompt(TOK, 9, seed=3)
     cfg = DecodeConfig(block_size=block, threshold=0.5, max_steps_per_block=block, max_new_tokens=2 * block,
-                       fused_commit=fused)
+                       fused_commit=fused, lean=lean)
     (gen,), logs = _decode_block_traced(qwen3, [prompt], cfg)
     ref, ref_logs = _reference_block_decode(qwen3, prompt, block=block, tau=0.5, max_steps=block, max_new=2 * block,
                                             mask_id=model_block_settings(qwen3, TOK)[1])
     assert gen.token_ids == ref
-    assert len(logs) == len(ref_logs)
-    for lg, rl in zip(logs, ref_logs):
-        torch.testing.assert_close(lg[0], rl, atol=1e-5, rtol=0)
+    _assert_step_logits_match(logs, ref_logs, lean)
+    assert len(logs) > 2 * 2  # several steps per block: partial steps really ran
 
 
-def test_cached_block_decoding_equals_recomputation_vl_with_image(qwen3_vl):
+@pytest.mark.parametrize("lean, prefill_cache", [("off", False), ("last_layer", True)])
+def test_cached_block_decoding_equals_recomputation_vl_with_image(qwen3_vl, lean, prefill_cache):
     prompt = synthetic_prompt(TOK, 7, seed=4, image=True)
-    cfg = DecodeConfig(block_size=4, threshold=0.5, max_steps_per_block=4, max_new_tokens=8)
+    cfg = DecodeConfig(block_size=4, threshold=0.5, max_steps_per_block=4, max_new_tokens=8, lean=lean,
+                       prefill_cache=prefill_cache)
     (gen,), logs = _decode_block_traced(qwen3_vl, [prompt], cfg)
     ref, ref_logs = _reference_block_decode(qwen3_vl, prompt, block=4, tau=0.5, max_steps=4, max_new=8,
                                             mask_id=model_block_settings(qwen3_vl, TOK)[1])
     assert gen.token_ids == ref
-    for lg, rl in zip(logs, ref_logs):
-        torch.testing.assert_close(lg[0], rl, atol=1e-5, rtol=0)
+    _assert_step_logits_match(logs, ref_logs, lean)
 
 
 # ------------------------------------------------------------------------------------------- delayed cache
@@ -161,15 +176,25 @@ def test_partial_step_on_unchanged_block_reproduces_full_step(qwen3, qwen3_vl, v
         torch.testing.assert_close(layer.keys, before, atol=1e-5, rtol=0)
 
 
-def test_query_slots_puts_needed_first_and_pads_with_repeats():
-    need = torch.tensor([[False, True, False, True, True, False, False, False],
+def test_order_queries_puts_logit_rows_last_and_pads_with_repeats_in_front():
+    first = torch.tensor([[False, True, False, False, True, False, False, False],
+                          [False, False, False, False, False, False, False, False],
+                          [False] * 8])
+    last = torch.tensor([[False, False, False, True, False, False, True, False],
                          [True, False, False, False, False, False, False, False],
                          [False] * 8])
-    idx = block_mod.query_slots(need, static_shapes=False)
-    assert idx.shape == (3, 3)
-    assert idx[0].tolist() == [1, 3, 4] and idx[1].tolist() == [0, 0, 0]
-    assert block_mod.query_slots(need, static_shapes=True).shape == (3, 4)  # power-of-two bucket
-    assert block_mod.query_slots(torch.ones(2, 8, dtype=torch.bool), static_shapes=True).shape == (2, 8)
+    idx, keep = block_mod.order_queries(first, last, static_shapes=False)
+    assert idx.shape == (3, 4) and keep == 2
+    assert idx[0].tolist() == [1, 4, 3, 6]  # K/V-only positions first, the logit positions last
+    assert idx[1].tolist() == [0, 0, 0, 0]  # one position: repeated in front
+    idx, keep = block_mod.order_queries(first, last, static_shapes=True)
+    assert idx.shape == (3, 4) and keep == 2  # already powers of two
+    idx, keep = block_mod.order_queries(first, last | first, static_shapes=True)
+    assert keep == 4 and idx[0].tolist() == [1, 3, 4, 6]  # every queried row has logits: block order
+    full = torch.ones(2, 8, dtype=torch.bool)
+    assert block_mod.order_queries(full, torch.zeros_like(full), static_shapes=True)[0].shape == (2, 8)
+    idx, keep = block_mod.order_queries(first, last & (torch.arange(8) == 3), static_shapes=True)
+    assert keep == 1 and idx.shape == (3, 4)  # 3 needed in row 0 -> 4
 
 
 @pytest.mark.parametrize("vl", [False, True])
@@ -184,7 +209,7 @@ def test_delayed_cache_querying_every_position_equals_exact(qwen3, qwen3_vl, vl,
     base = dict(block_size=8, threshold=0.7, max_new_tokens=16, grammar=gram)
     exact, exact_logs = _decode_block_traced_batch(model, prompts, DecodeConfig(**base))
     n = torch.arange(8)
-    monkeypatch.setattr(block_mod, "query_slots", lambda need, static: n.expand(need.shape[0], 8).flip(1))
+    monkeypatch.setattr(block_mod, "order_queries", lambda first, last, static: (n.expand(first.shape[0], 8).flip(1), 8))
     every, every_logs = _decode_block_traced_batch(model, prompts, DecodeConfig(delayed_cache=True, **base))
     assert [g.token_ids for g in every] == [g.token_ids for g in exact]
     assert len(every_logs) == len(exact_logs) > 2 * 2  # several steps per block

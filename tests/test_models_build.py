@@ -133,6 +133,9 @@ def test_foreign_checkpoint_gets_special_tokens_and_resized_embeddings(tmp_path)
     assert model.config.mask_token_id == tok.convert_tokens_to_ids(T.MASK)
     assert tok.convert_ids_to_tokens(tok.encode(T.bin_token(7) + T.IM_END, add_special_tokens=False)) == [T.bin_token(7), T.IM_END]
     assert diffusion_settings(to_diffusion(tmp_path, 4)).block_size == 4
+    torch.manual_seed(123)  # whatever the caller's RNG state: the added rows are the same at every load
+    again, _ = load_model(tmp_path)
+    assert torch.equal(again.get_input_embeddings().weight, model.get_input_embeddings().weight)
 
 
 def test_cli_build_convert_info(tmp_path):

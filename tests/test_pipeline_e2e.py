@@ -49,6 +49,7 @@ def smoke_config(out) -> dict:
                          "diffusion after curriculum (B32)": "stage:block32", "+ model-level distillation": "stage:distill_model",
                          "+ model-level distillation, <= 4 steps, delayed cache": "stage:distill_model,steps=4,delayed=1"},
             "decode": {"mode": "block", "block": 32, "threshold": 0.9, "batch": 4, "max_new_tokens": 48},
+            "speed": {"batches": [1, 2], "plans": 2},
             "test_limit": 4, "qa_samples": 4,
             "closedloop": {"routes": "dev", "limit": 2, "model_routes": 1},
             "top5_overlap": {"student": "distill_block", "diffusion_teacher": "teacher_block32", "ar_teacher": "teacher_ar_sft",
@@ -62,8 +63,8 @@ def smoke_config(out) -> dict:
 RANGES = {  # report column -> valid range
     "pdms": (0, 100), "nc": (0, 1), "dac": (0, 1), "ttc": (0, 1), "ep": (0, 1), "c": (0, 1),
     "l2_1s": (0, 1e3), "l2_2s": (0, 1e3), "l2_3s": (0, 1e3), "l2_4s": (0, 1e3), "failed": (0, 100),
-    "cl_success": (0, 100), "cl_ds": (0, 100), "cl_routes": (0, 10), "tok_s": (0, 1e7), "ms_token": (0, 1e5),
-    "tpf": (0, 1e3), "speed_vs_ar": (0, 1e3), "qa": (0, 100),
+    "cl_success": (0, 100), "cl_ds": (0, 100), "cl_routes": (0, 10), "ms_plan_b1": (0, 1e6), "plans_s_b1": (0, 1e6),
+    "tok_s_b1": (0, 1e7), "tpf_b1": (0, 1e3), "x_ar_b1": (0, 1e3), "qa": (0, 100),
 }
 
 
@@ -95,7 +96,8 @@ def test_pipeline_smallest_scale(tmp_path, monkeypatch):
             v = float(r[key])
             assert math.isfinite(v) and lo <= v <= hi, (r["planner"], key, v)
     models = [r for r in rows if r["spec"].startswith("stage:")]
-    assert all(r["pdms"] != "" and r["tok_s"] != "" and r["qa"] != "" for r in models)
+    assert all(r["pdms"] != "" and r["tok_s_b1"] != "" and r["ms_plan_b1"] != "" and r["qa"] != "" for r in models)
+    assert [float(r["x_ar_b1"]) for r in models if r["planner"] == "AR VLA"] == [1.0]  # × AR: the AR row is 1
     overlap = json.loads((out / "stages" / "overlap.json").read_text())
     assert 0.0 <= overlap["diffusion"]["top5_overlap"] <= 1.0 and 0.0 <= overlap["ar"]["top5_overlap"] <= 1.0
     # resumable: a second run skips every stage and rewrites the same table

@@ -2,7 +2,8 @@
 entry as `wamdiff eval` (`eval.run`).
 
 Stages (each resumable through the pipeline's stage files):
-  eval_open    - each planner plans the test scenes once; those plans are scored by PDMS and open-loop L2
+  eval_open    - each planner plans the test scenes once; those plans are scored by PDMS and open-loop L2; the
+                 model planners are timed on the same scenes at batch 1/8/32 (`evaluate.speed`, `eval.plan_timing`)
   eval_closed  - closed-loop dev routes in lockstep (model planners on the first `model_routes` routes)
   eval_qa      - multi-task retention: exact match on the test split's question-answer pairs
   overlap      - teacher-student top-5 token overlap: diffusion teacher vs AR teacher, same student
@@ -24,6 +25,7 @@ def stage_open(p, variant: str | None = None) -> dict:
     the test split, or on the test scenes of an unseen traffic variant (`data.variants`)."""
     from wamdiff.eval.data import load_scenes
     from wamdiff.eval.pdms import PDMSConfig
+    from wamdiff.eval.plan_timing import SpeedProbe
     from wamdiff.eval.run import OpenLoopSettings, evaluate_open
 
     ev_cfg = p.cfg["evaluate"]
@@ -33,7 +35,8 @@ def stage_open(p, variant: str | None = None) -> dict:
     if not scenes:
         raise ValueError(f"{data / 'scenes'}: no test scenes to evaluate")
     settings = OpenLoopSettings(pdms=PDMSConfig(reference_cache=str(out / "reference_cache")),
-                                plots=int(ev_cfg.get("bev_plots", 4)))
+                                plots=int(ev_cfg.get("bev_plots", 4)),
+                                speed=SpeedProbe.from_dict(ev_cfg.get("speed", {})))  # the tables' speed columns
     return {"planners": evaluate_open(p.planners(), scenes, out, settings, unreadable=problems),
             "unreadable_scene_files": problems}
 

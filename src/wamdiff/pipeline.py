@@ -49,6 +49,12 @@ class Pipeline:
                 p.planners()  # every planner spec checked now, not after hours of training
             except ValueError as err:
                 raise ValueError(f"{path}: evaluate.planners: {err}") from None
+        from wamdiff.eval.plan_timing import SpeedProbe  # noqa: PLC0415  (eval is below the pipeline)
+
+        try:
+            SpeedProbe.from_dict((cfg.get("evaluate") or {}).get("speed", {}))
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"{path}: {err}") from None
         return p
 
     @property

@@ -16,6 +16,11 @@ their decision. The tail steps of a block, which decide a handful of uncertain d
 few-query forward instead of a B-query one. It approximates the exact rule (those K/V are one step stale);
 the commit still recomputes the finished block exactly, so later blocks see exact K/V.
 
+Lean steps (`runner.lean` != "off", exact, `wamdiff.decoding.lean`): a denoising step after a block's first one
+still queries every position it queries anyway (exact: the whole block; delayed: as above), ordered so that the
+still-masked positions come last, and only those last rows get logits (and, with "last_layer", the last
+layer's MLP). The tokens are those of the full step.
+
 Batches: every sample runs every forward (fixed shapes); per-sample `active` flags decide what counts.
 A sample is finished once a block containing EOS is complete; its tail after EOS is PAD (the training
 convention). All selection is vectorised over the batch: no per-sample Python in the hot path.
@@ -51,17 +56,28 @@ def select_topk(conf: torch.Tensor, masked: torch.Tensor, k: int) -> torch.Tenso
     return sel & masked
 
 
-def query_slots(need: torch.Tensor, static_shapes: bool) -> torch.Tensor:
-    """Block positions [N, Q] to query in a delayed-cache step: each row's needed positions first, the row
-    padded with repeats of its first entry (a repeated query recomputes identical K/V, so padding changes no
-    result). Q = the largest need count, rounded up to a power of two for compiled / graph-captured steps."""
-    q = int(need.sum(1).max())
+def order_queries(first: torch.Tensor, last: torch.Tensor, static_shapes: bool) -> tuple[torch.Tensor, int]:
+    """Block positions [N, Q] to query in a partial step, and the count K of trailing query rows whose logits are
+    read. Per row: its `first` positions (queried for their K/V only), then its `last` positions (the still-masked
+    ones) at the end, so the last K rows hold every row's `last` positions; a row with fewer positions is padded at
+    the front with repeats of its final entry (a repeated query recomputes identical K/V, so padding changes no
+    result). Q = the largest per-row count, K the largest `last` count; both rounded up to powers of two for
+    compiled / graph-captured steps."""
+    b = first.shape[1]
+    need = first | last
+    q, k = torch.stack([need.sum(1).max(), last.sum(1).max()]).tolist()  # one device sync
     if static_shapes:
-        q = min(need.shape[1], 1 << max(0, q - 1).bit_length())
-    order = torch.argsort((~need).to(torch.int8), dim=1, stable=True)[:, :q]
+        q = min(b, _pow2(q))
+        k = min(q, _pow2(k))
+    rank = need.to(torch.int8) + last.to(torch.int8)  # 0 not queried, 1 first, 2 last
+    order = torch.argsort(rank, dim=1, stable=True)[:, b - q:]
     count = need.sum(1, keepdim=True)
     cols = torch.arange(q, device=need.device)[None]
-    return torch.where(cols < count, order, order[:, :1])
+    return torch.where(cols >= q - count, order, order[:, -1:]), k
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(0, n - 1).bit_length()
 
 
 def confidence(logits: torch.Tensor):
@@ -94,6 +110,7 @@ def decode_block(
     """
     n, p, bsz = runner.n, runner.P, runner.B
     dev = runner.device
+    lean = runner.lean != "off"  # denoising steps give logits only to the still-masked positions
     n_blocks = -(-max_new_tokens // bsz)
     out = torch.full((n, n_blocks * bsz), pad_id, dtype=torch.long, device=dev)
     forwards = torch.zeros(n, dtype=torch.long, device=dev)
@@ -123,9 +140,11 @@ def decode_block(
                 logits = runner.prefill(x, keep=bsz)
             elif step == 0 and pending is not None:
                 logits = runner.forward(torch.cat([pending, x], dim=1), s0 - bsz, keep=bsz)
-            elif delayed_cache and step > 0:
-                idx = query_slots(masked | decided_last, runner.static_shapes)
-                logits = runner.forward_slots(x.gather(1, idx), s0 + idx)
+            elif step > 0 and (delayed_cache or lean):  # K/V-only rows first, the still-masked (logit) rows last
+                order, keep = order_queries(decided_last if delayed_cache else ~masked, masked, runner.static_shapes)
+                keep = keep if lean else order.shape[1]
+                logits = runner.forward_slots(x.gather(1, order), s0 + order, keep)
+                idx = order[:, order.shape[1] - keep:]  # the block positions of the logit rows
             else:
                 logits = runner.forward(x, s0, keep=bsz)
             if allowed is not None:
@@ -135,7 +154,7 @@ def decode_block(
                     1, idx[..., None].expand_as(logits), logits.float())
                 trace(blk, step, x.clone(), full)
             conf, pred = confidence(logits)
-            if idx is not None:  # back to block positions; positions not queried are never masked
+            if idx is not None:  # back to block positions; positions without logits are never masked
                 conf = torch.full(x.shape, -1.0, device=dev).scatter(1, idx, conf)
                 pred = x.scatter(1, idx, pred)
             forwards += masked.any(1)

@@ -40,7 +40,7 @@ def bench(
     block_size: int = typer.Option(8, min=1, help="Preset only: diffusion block size recorded in the model."),
     data: Path = typer.Option(None, help="WAM-Diff2 JSON of prompts (images loaded from paths); default synthetic."),
     n_prompts: int = typer.Option(8, min=1, help="Prompts to load / synthesise."),
-    batch: str = typer.Option("1,8", help="Batch sizes, comma separated."),
+    batch: str = typer.Option("1,8,32", help="Batch sizes, comma separated."),
     blocks: str = typer.Option("4,8,16,32", help="Block sizes B."),
     taus: str = typer.Option("0.7,0.8,0.9,0.95", help="Confidence thresholds."),
     dtypes: str = typer.Option("fp32,bf16", help="fp32 and/or bf16."),
@@ -57,6 +57,16 @@ def bench(
     resume: bool = typer.Option(True, help="Reuse the rows an interrupted run with the same grid, models and prompts "
                                            "left in OUT/bench.partial.jsonl."),
     quick: bool = typer.Option(False, help="Shrink the grid: batch 1, B 8,32, tau 0.9, fp32, 64 tokens."),
+    tune: bool = typer.Option(False, help="Speed dial: measure the model's TPF/quality curve (batch 1, untimed) and this "
+                                          "machine's step-cost model, report the dial's pick per batch size against "
+                                          "the grid, and store the curve for DecodeConfig(block_size='auto'). Needs "
+                                          "--data with expert answers."),
+    tune_prompts: int = typer.Option(0, min=0, help="--tune: prompts of --data for the TPF/quality curve (0 = --n-prompts); "
+                                                  "more than the timed ones judges quality on more scenes."),
+    lean: str = typer.Option("last_layer", help="Exact lean steps for AR and diffusion alike: off, head or last_layer."),
+    roofline: bool = typer.Option(True, help="Roofline estimate (FLOPs, matmul rate) beside the step costs."),
+    levers: bool = typer.Option(False, help="Cheaper-step levers, each paired against the reference path, and the "
+                                            "measured effect of the answer length (17 tokens vs whole answers)."),
     out: Path = typer.Option(Path("runs/bench"), help="Output folder (bench.json, bench.png)."),
 ) -> None:
     """Run the benchmark (the default action of `wamdiff bench`)."""
@@ -66,6 +76,9 @@ def bench(
     from wamdiff.decoding.bench import (
         JOURNAL, BenchGrid, guess_format, load_wamdiff2_json, print_table, run_bench, synthetic_prompts, write_outputs,
     )
+    from wamdiff.decoding.bench.analysis import answer_length_section, levers_section, roofline_section
+    from wamdiff.decoding.bench.tune import answer_length_effect, attach_measurements
+    from wamdiff.decoding.bench.tune import tune as bench_tune
     from wamdiff.models import build_model, build_tokenizer, image_processor_for, is_vision_model, load_model, to_diffusion
 
     console = Console(width=max(160, Console().width))
@@ -82,16 +95,19 @@ def bench(
     is_vl = is_vision_model(model)
     expert = None
     if data is not None:
-        prompts, expert = load_wamdiff2_json(data, tok, vision=is_vl, limit=n_prompts, image_processor=image_processor_for(model))
+        prompts, expert = load_wamdiff2_json(data, tok, vision=is_vl, limit=max(n_prompts, tune_prompts if tune else 0),
+                                           image_processor=image_processor_for(model))
+        tune_set = (prompts[:tune_prompts or n_prompts], expert[:tune_prompts or n_prompts])
+        prompts, expert = prompts[:n_prompts], expert[:n_prompts]
     else:
         prompts = synthetic_prompts(tok, n_prompts, vision=is_vl, image_processor=image_processor_for(model))
     compile_modes = _on_off(compile)
     try:
         grid = BenchGrid(_ints(batch), _ints(blocks), _floats(taus), _words(dtypes), max_new_tokens, _ints(max_steps), repeats,
-                         compile_modes, step_cost, caches=_words(caches), device=device, attention=attention)
+                         compile_modes, step_cost, caches=_words(caches), device=device, attention=attention, lean=lean)
         if quick:
             grid = BenchGrid([1], [8, 32], [0.9], ["fp32"], 64, _ints(max_steps), repeats, compile_modes, step_cost,
-                             caches=_words(caches), device=device, attention=attention)
+                             caches=_words(caches), device=device, attention=attention, lean=lean)
     except ValueError as err:
         raise typer.BadParameter(str(err)) from err
     console.print(f"threads={torch.get_num_threads()} params={sum(p.numel() for p in model.parameters()) / 1e6:.1f}M "
@@ -103,17 +119,35 @@ def bench(
         else:
             console.print(f"{row['dtype']}{'+compile' if row['compile'] else ''} bs{row['batch']} B{row['block_size']} "
                           f"tau{row['threshold']} <={row['max_steps']} steps {row['cache']}: "
-                          f"AR {row['ar']['tok_s']:.1f} tok/s, diffusion {row['diffusion']['tok_s']:.1f} tok/s "
-                          f"({row['speedup']:.2f}x), TPF {row['diffusion']['tpf']:.2f}")
+                          f"AR {row['ar']['plans_per_s']:.2f} plans/s, diffusion {row['diffusion']['plans_per_s']:.2f} "
+                          f"plans/s ({row['times_ar']:.2f}x AR), TPF {row['diffusion']['tpf']:.2f}")
 
+    if tune and not expert:
+        raise typer.BadParameter("--tune needs --data with expert answers (the quality bound: mean L2 to the expert "
+                                 "within 10 % of AR's)", param_hint="--tune")
     ar_model, ar_tok = load_model(ar_checkpoint) if ar_checkpoint is not None else (None, None)
     fmt = fmt or guess_format(expert[0] if expert else None)
     journal = out / JOURNAL
     if not resume:
         journal.unlink(missing_ok=True)
+    tuned = (bench_tune(model, tok, *tune_set, grid, fmt=fmt, ar_model=ar_model, ar_tokenizer=ar_tok, out=out,
+                        progress=progress) if tune else None)
     result = run_bench(model, tok, prompts, grid, expert=expert, fmt=fmt, progress=progress, ar_model=ar_model, journal=journal,
                        ar_tokenizer=ar_tok)
     result["source"] = str(checkpoint) if checkpoint else f"preset:{preset}"
+    if tuned:
+        result["tune"] = tuned
+        attach_measurements(result)
+        tuned["answer_length"] = answer_length_effect(tuned)
+    if roofline:
+        result["roofline"] = roofline_section(model, tok, prompts, grid, fmt=fmt, tune_res=tuned, rows=result["rows"],
+                                              progress=progress)
+    if levers:
+        result["levers"] = levers_section(model, tok, prompts, grid, fmt=fmt, ar_model=ar_model, ar_tokenizer=ar_tok,
+                                          progress=progress)
+        progress("answer length: AR vs diffusion on the first 17 tokens and on whole answers, batch 1, paired")
+        result["answer_length"] = answer_length_section(model, tok, prompts, grid, fmt=fmt, ar_model=ar_model,
+                                                        ar_tokenizer=ar_tok)
     write_outputs(result, out)
     journal.unlink(missing_ok=True)  # complete: the next run measures afresh
     print_table(result, console)

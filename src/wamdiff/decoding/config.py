@@ -7,8 +7,10 @@ from typing import Any, Literal
 
 import torch
 
+from wamdiff.decoding.lean import LEAN_MODES
 
 ATTENTIONS = ("sdpa", "flashinfer", "torch_paged")  # DecodeConfig.attention
+AUTO = "auto"  # DecodeConfig.block_size: the speed dial picks B, tau, step cap and cache (`wamdiff.decoding.dial`)
 
 
 @dataclass
@@ -16,7 +18,10 @@ class DecodeConfig:
     """How `generate` decodes.
 
     mode: "ar" (greedy, one token per forward) or "block" (block-causal masked diffusion).
-    block_size: block length B; None = the model's own (``model.config.block_size``).
+    block_size: block length B; None = the model's own (``model.config.block_size``); "auto" = the speed dial
+        (`wamdiff.decoding.dial`) sets B, threshold, max_steps_per_block and delayed_cache for this batch size and
+        device from the machine's measured step costs and the model's measured TPF/quality curve (run
+        `wamdiff bench --tune` once per model), under the quality bound (mean L2 within 10 % of AR's).
     threshold: tau of the threshold strategy: every masked position whose top probability >= tau is
         unmasked, and always at least the single most confident one.
     max_steps_per_block: cap on denoising forwards per block; masks left at the cap take the last argmax.
@@ -29,6 +34,12 @@ class DecodeConfig:
         decoded at the previous step; earlier-decoded positions keep K/V that are one step stale (dKV-Cache's
         delayed caching). Cheaper tail steps, approximate; the block commit stays exact. Off = every step
         recomputes the whole block (exact).
+    lean: exact work saving (`wamdiff.decoding.lean`): "off" (every queried row of a denoising step gets logits),
+        "head" (the LM head only at still-masked positions), "last_layer" (also the last layer's MLP only at the
+        rows whose logits are read: still-masked positions, the noisy half of a fused commit, the last prompt row
+        of an AR prefill). Token-identical to "off"; applies to AR (its prefill) and block decoding alike.
+    prefill_cache: compute the vision tower's grid-only tables once per image grid (`decoding.prefill_cache`;
+        bitwise the same outputs).
     grammar: optional `wamdiff.decoding.grammar.Grammar` (per-position allowed tokens).
     dtype: cast the model to this dtype first (IN PLACE; e.g. torch.bfloat16); None keeps it.
     compile: torch.compile the one-step function (same setting applies to AR and block). On CPU with
@@ -42,13 +53,15 @@ class DecodeConfig:
     """
 
     mode: Literal["ar", "block"] = "block"
-    block_size: int | None = None
+    block_size: int | Literal["auto"] | None = None
     threshold: float = 0.9
     max_steps_per_block: int = 32
     strategy: Literal["threshold", "fixed"] = "threshold"
     max_new_tokens: int = 160
     fused_commit: bool = True
     delayed_cache: bool = False
+    lean: Literal["off", "head", "last_layer"] = "last_layer"
+    prefill_cache: bool = True
     grammar: Any = None
     dtype: torch.dtype | str | None = None
     compile: bool = False
@@ -56,7 +69,8 @@ class DecodeConfig:
     attention: Literal["sdpa", "flashinfer", "torch_paged"] = "sdpa"
 
     def __post_init__(self) -> None:
-        for name in ("mode", "strategy", "attention", "block_size", "threshold", "max_steps_per_block", "max_new_tokens"):
+        for name in ("mode", "strategy", "attention", "lean", "block_size", "threshold", "max_steps_per_block",
+                     "max_new_tokens"):
             reason = _field_error(name, getattr(self, name))
             if reason:
                 raise ValueError(f"DecodeConfig.{name} {reason}")
@@ -64,6 +78,11 @@ class DecodeConfig:
             if self.dtype not in DTYPE_NAMES:
                 raise ValueError(f"DecodeConfig.dtype {self.dtype!r} unknown; use one of {sorted(DTYPE_NAMES)}")
             self.dtype = DTYPE_NAMES[self.dtype]
+
+    def static_shapes(self, device) -> bool:
+        """Whether steps run at fixed shapes (compiled or CUDA-graph steps): query counts are then rounded up to
+        powers of two and prompt widths to `runner.PROMPT_BUCKET`."""
+        return self.compile or (self.cuda_graphs and self.attention == "sdpa" and torch.device(device).type == "cuda")
 
     @classmethod
     def from_options(cls, options: dict, where: str = "decode options") -> "DecodeConfig":
@@ -75,6 +94,9 @@ class DecodeConfig:
                 raise ValueError(f"{where}: unknown decode option {key!r} (known: {', '.join(OPTION_FIELDS)})")
             name = OPTION_FIELDS[key]
             kind = _FIELD_TYPES[name]
+            if name == "block_size" and str(value).strip().lower() == AUTO:
+                kwargs[name] = AUTO
+                continue
             try:
                 kwargs[name] = _cast(value, kind)
             except ValueError:
@@ -91,10 +113,11 @@ class DecodeConfig:
 # short option name (planner specs, `evaluate.decode` in a pipeline YAML) -> DecodeConfig field
 OPTION_FIELDS = {"mode": "mode", "block": "block_size", "threshold": "threshold", "steps": "max_steps_per_block",
                  "strategy": "strategy", "max_new_tokens": "max_new_tokens", "delayed": "delayed_cache",
-                 "fused_commit": "fused_commit", "dtype": "dtype", "compile": "compile", "attention": "attention"}
+                 "fused_commit": "fused_commit", "dtype": "dtype", "compile": "compile", "attention": "attention",
+                 "lean": "lean", "prefill_cache": "prefill_cache"}
 _FIELD_TYPES = {"mode": str, "block_size": int, "threshold": float, "max_steps_per_block": int, "strategy": str,
                 "max_new_tokens": int, "delayed_cache": bool, "fused_commit": bool, "dtype": str, "compile": bool,
-                "attention": str}
+                "attention": str, "lean": str, "prefill_cache": bool}
 _KIND_WORDS = {int: "an integer", float: "a number", bool: "yes/no", str: "text"}
 assert set(_FIELD_TYPES) <= {f.name for f in fields(DecodeConfig)}
 DTYPE_NAMES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
@@ -109,8 +132,10 @@ def _field_error(name: str, value) -> str | None:
         return f"must be 'threshold' or 'fixed', got {value!r}"
     if name == "attention" and value not in ATTENTIONS:
         return f"must be one of {ATTENTIONS}, got {value!r}"
-    if name == "block_size" and value is not None and (not isinstance(value, int) or value <= 0):
-        return f"must be a positive int or None, got {value!r}"
+    if name == "lean" and value not in LEAN_MODES:
+        return f"must be one of {LEAN_MODES}, got {value!r}"
+    if name == "block_size" and value is not None and value != AUTO and (not isinstance(value, int) or value <= 0):
+        return f"must be a positive int, 'auto' or None, got {value!r}"
     if name == "threshold" and not 0.0 < float(value) <= 1.0:
         return f"must lie in (0, 1], got {value!r}"
     if name in ("max_steps_per_block", "max_new_tokens") and value < 1:

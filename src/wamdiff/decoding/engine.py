@@ -6,12 +6,11 @@ import torch
 
 from wamdiff.decoding.ar import decode_ar
 from wamdiff.decoding.block import decode_block
-from wamdiff.decoding.config import DecodeConfig, Generation
-from wamdiff.decoding.runner import StepRunner, collate_prompts
+from wamdiff.decoding.config import AUTO, DecodeConfig, Generation
+from wamdiff.decoding.dial import resolve_auto
+from wamdiff.decoding.runner import PROMPT_BUCKET, StepRunner, collate_prompts
 from wamdiff.models.precision import compute_dtype
 from wamdiff.models.tokens import IM_END, MASK, PAD, token_id
-
-PROMPT_BUCKET = 32  # compiled / CUDA-graph steps: prompt widths rounded up to this (bounded number of shapes)
 
 
 def model_block_settings(model, tokenizer) -> tuple[int | None, int | None]:
@@ -43,15 +42,19 @@ def prepare_model(model, config: DecodeConfig):
 
 
 @torch.inference_mode()
-def generate(model, tokenizer, prompts, config: DecodeConfig | None = None) -> list[Generation]:
+def generate(model, tokenizer, prompts, config: DecodeConfig | None = None, *, trace=None) -> list[Generation]:
     """Decode one answer per prompt. Prompts of different lengths are batched (left padding); every prompt of
-    a batch is decoded together (batch = len(prompts)). Greedy; see `DecodeConfig` for the knobs."""
+    a batch is decoded together (batch = len(prompts)). Greedy; see `DecodeConfig` for the knobs.
+
+    `trace(block, step, block_tokens_before, logits)`: called after every denoising forward of block decoding
+    (`decode_block`'s hook; the speed dial's TPF curve reads the masked counts from it)."""
     config = config or DecodeConfig()
     prepare_model(model, config)
+    if config.mode == "block" and config.block_size == AUTO:
+        config = resolve_auto(model, tokenizer, prompts, config)
     eos_id, pad_id = token_id(tokenizer, IM_END), token_id(tokenizer, PAD)
     device = next(model.parameters()).device
-    static_shapes = config.compile or (config.cuda_graphs and config.attention == "sdpa" and device.type == "cuda")
-    batch = collate_prompts(prompts, pad_id, device, pad_to_multiple=PROMPT_BUCKET if static_shapes else 1)
+    batch = collate_prompts(prompts, pad_id, device, pad_to_multiple=PROMPT_BUCKET if config.static_shapes(device) else 1)
     if batch.pixel_values is not None:
         batch.pixel_values = batch.pixel_values.to(compute_dtype(model))
     vocab = model.config.get_text_config().vocab_size  # (lm_head may be wrapped, e.g. by peft while training)
@@ -77,7 +80,7 @@ def generate(model, tokenizer, prompts, config: DecodeConfig | None = None) -> l
         out, lengths, forwards, finished = decode_block(
             runner, max_new_tokens=config.max_new_tokens, mask_id=mask_id, eos_id=eos_id, pad_id=pad_id,
             threshold=config.threshold, max_steps=config.max_steps_per_block, strategy=config.strategy,
-            fused_commit=config.fused_commit, grammar_table=table, delayed_cache=config.delayed_cache,
+            fused_commit=config.fused_commit, grammar_table=table, delayed_cache=config.delayed_cache, trace=trace,
         )
     return to_generations(tokenizer, out, lengths, forwards, finished, eos_id)
 
@@ -85,7 +88,8 @@ def generate(model, tokenizer, prompts, config: DecodeConfig | None = None) -> l
 def _make_runner(model, batch, block_size: int, config: DecodeConfig) -> StepRunner:
     capacity = config.max_new_tokens + (1 if config.mode == "ar" else 0)
     return StepRunner(model, batch, block_size, capacity, compile=config.compile,
-                      cuda_graphs=config.cuda_graphs and config.attention == "sdpa", attention=config.attention)
+                      cuda_graphs=config.cuda_graphs and config.attention == "sdpa", attention=config.attention,
+                      lean=config.lean, prefill_cache=config.prefill_cache)
 
 
 def to_generations(tokenizer, out, lengths, forwards, finished, eos_id: int) -> list[Generation]:

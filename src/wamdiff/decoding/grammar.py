@@ -172,9 +172,14 @@ class Grammar:
         return cls([*token_classes(tokenizer, fmt), [eos]], fmt)
 
     def table(self, n_positions: int, vocab_size: int, pad_id: int, device=None) -> torch.BoolTensor:
-        """[n_positions, vocab] allowed-token table (positions beyond the template allow only PAD)."""
-        t = torch.zeros(n_positions, vocab_size, dtype=torch.bool)
-        for i in range(n_positions):
-            allowed = self.classes[i] if i < len(self.classes) else [pad_id]
-            t[i, allowed] = True
-        return t.to(device)
+        """[n_positions, vocab] allowed-token table (positions beyond the template allow only PAD); built once per
+        shape and device (every `generate` call asks for it)."""
+        key = (n_positions, vocab_size, pad_id, str(torch.device(device) if device is not None else "cpu"))
+        tables = self.__dict__.setdefault("_tables", {})
+        if key not in tables:
+            t = torch.zeros(n_positions, vocab_size, dtype=torch.bool)
+            for i in range(n_positions):
+                allowed = self.classes[i] if i < len(self.classes) else [pad_id]
+                t[i, allowed] = True
+            tables[key] = t.to(device)
+        return tables[key]

@@ -12,8 +12,9 @@ a commit of block b (same rows: the clean block is bidirectional inside itself, 
 commit + next step (2B rows: the clean block b cannot see block b + 1, the noisy block b + 1 sees clean b),
 and the AR step (B = 1: causal). Slots that are not written yet have larger block ids, so they are hidden
 by the same rule. Position ids are precomputed for all slots too; a step only slices views. A step may also
-query an arbitrary slot list per sample (`forward_slots`, the delayed-cache denoising steps): its mask rows
-and positions are gathered from the same tables.
+query an arbitrary slot list per sample (`forward_slots`: delayed-cache and lean denoising steps): its mask rows
+and positions are gathered from the same tables. Every forward returns the logits of its last `keep` query rows
+only (with lean "last_layer", those rows alone also run the last layer's MLP: `decoding.lean`).
 
 This is the mask of DESIGN §2.1 restricted to decode time; `tests/test_decoding_masks.py` checks it against
 `wamdiff.diffusion.masks.decode_block_mask_dense`.
@@ -27,10 +28,15 @@ from dataclasses import dataclass
 import torch
 
 from wamdiff.decoding.cache import SlotCache
+from wamdiff.decoding.lean import LEAN_MODES, install_tail, tail_rows
 from wamdiff.decoding.paged_attention import make_backend, paged_step, step_hook
+from wamdiff.decoding.prefill_cache import image_features
 from wamdiff.diffusion.attention import install_attention, step_attention
 from wamdiff.diffusion.masks import decode_position_ids, prefix_position_ids, uses_mrope
 from wamdiff.models.precision import compute_dtype
+
+
+PROMPT_BUCKET = 32  # compiled / CUDA-graph steps: prompt widths rounded up to this (bounded number of shapes)
 
 
 def text_config(model):
@@ -82,11 +88,20 @@ def collate_prompts(prompts, pad_id: int, device=None, pad_to_multiple: int = 1)
 
 
 class StepRunner:
-    """Owns the cache, the slot mask matrix, the positions and the one-step forward for one batch."""
+    """Owns the cache, the slot mask matrix, the positions and the one-step forward for one batch.
+
+    `lean` (`wamdiff.decoding.lean`): "off", "head" (the decoders give logits only to the rows they read) or
+    "last_layer" (also the last layer's MLP only there); `prefill_cache`: the vision tower's grid tables cached
+    (`wamdiff.decoding.prefill_cache`). Both are exact."""
 
     def __init__(self, model, batch: PromptBatch, block_size: int, answer_capacity: int, *, compile: bool = False,
-                 cuda_graphs: bool = False, attention: str = "sdpa"):
+                 cuda_graphs: bool = False, attention: str = "sdpa", lean: str = "off", prefill_cache: bool = False):
+        if lean not in LEAN_MODES:
+            raise ValueError(f"StepRunner: lean must be one of {LEAN_MODES}, got {lean!r}")
         self.model = model
+        self.lean = lean
+        self.prefill_cache = prefill_cache
+        self._tail = install_tail(model) if lean == "last_layer" else None
         self.batch = batch
         self.vl = _is_vl(model)
         cfg = text_config(model)
@@ -183,26 +198,27 @@ class StepRunner:
         q1 = q0 + ids.shape[1]
         mask, pos, index = self.slot_inputs(q0, q1)
         self.cache.write_index = index
-        with self._attention(self._allow_bool[:, :, q0:q1], q1 - 1):
+        with self._attention(self._allow_bool[:, :, q0:q1], q1 - 1), tail_rows(self._tail, keep):
             return self._step(ids, mask, pos, keep)
 
-    def forward_slots(self, ids: torch.LongTensor, slots: torch.LongTensor) -> torch.Tensor:
+    def forward_slots(self, ids: torch.LongTensor, slots: torch.LongTensor, keep: int | None = None) -> torch.Tensor:
         """Run queries `ids` [N, Q] at per-sample slots `slots` [N, Q] (any order; a slot repeated within a row
-        must carry the same token): K/V written there, logits of all Q queries returned."""
+        must carry the same token): K/V written there, logits of the last `keep` queries (default all Q)."""
+        keep = ids.shape[1] if keep is None else keep
         mask = self.allow[self._rows, 0, slots][:, None]  # [N, 1, Q, S]
         pos = self.pos.gather(-1, slots.expand(*self.pos.shape[:-1], slots.shape[-1]))  # [N, Q] or [3, N, Q]
         self.cache.write_index = slots
         paged = self._paged is not None
         with self._attention(self._allow_bool[self._rows, 0, slots][:, None] if paged else None,
-                             int(slots.max()) if paged else 0):
-            return self._step(ids, mask, pos, ids.shape[1])
+                             int(slots.max()) if paged else 0), tail_rows(self._tail, keep):
+            return self._step(ids, mask, pos, keep)
 
     def prefill(self, extra: torch.LongTensor | None, keep: int) -> torch.Tensor:
         """The prompt forward (pixels only here), optionally with `extra` query tokens appended at slot P (the
         first denoising step of block 0 when commits are fused). Returns logits of the last `keep` queries."""
         ids = self.batch.ids if extra is None else torch.cat([self.batch.ids, extra], dim=1)
         mask, pos, self.cache.write_index = self.slot_inputs(0, ids.shape[1])
-        with self._attention(self._allow_bool[:, :, :ids.shape[1]], ids.shape[1] - 1):
+        with self._attention(self._allow_bool[:, :, :ids.shape[1]], ids.shape[1] - 1), tail_rows(self._tail, keep):
             return self._prefill(ids, mask, pos, keep)
 
     def _prefill(self, ids, mask, pos, keep: int) -> torch.Tensor:
@@ -210,9 +226,11 @@ class StepRunner:
             return self._step_eager(ids, mask, pos, keep)
         b = self.batch
         self.model.model.rope_deltas = None
+        cached = self.prefill_cache and b.pixel_values is not None
         hidden = self.model.model(
             input_ids=ids, attention_mask=mask, position_ids=pos, cache=self.cache, use_cache=True,
-            pixel_values=b.pixel_values, image_grid_thw=b.image_grid_thw,
+            pixel_values=None if cached else b.pixel_values, image_grid_thw=b.image_grid_thw,
+            mm_encoder_outputs=image_features(self.model, b.pixel_values, b.image_grid_thw) if cached else None,
             mm_token_type_ids=None if b.mm_token_type_ids is None else
             torch.cat([b.mm_token_type_ids, torch.zeros_like(ids[:, b.ids.shape[1]:])], dim=1),
         ).last_hidden_state

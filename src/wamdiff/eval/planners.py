@@ -173,7 +173,8 @@ class ModelPlanner:
             config = replace(config, grammar=self._grammar)
         return config
 
-    def plan(self, scenes: list) -> list[Plan]:
+    def plan(self, scenes: list, batch: int | None = None) -> list[Plan]:
+        """Plans for `scenes`, decoded `batch` at a time (default: the spec's batch)."""
         from wamdiff.decoding import generate
         from wamdiff.driving.prompts import scene_prompt
         from wamdiff.driving.trajectory import parse_trajectory
@@ -181,8 +182,9 @@ class ModelPlanner:
 
         model, tok = self._load()
         out: list[Plan] = []
-        for i in range(0, len(scenes), self.spec.batch):
-            chunk = scenes[i: i + self.spec.batch]
+        batch = batch or self.spec.batch
+        for i in range(0, len(scenes), batch):
+            chunk = scenes[i: i + batch]
             prompts = [encode_prompt(tok, scene_prompt(s), [s.image] if self._vision else [], vision=self._vision,
                                      image_processor=self._image_processor) for s in chunk]
             t0 = time.perf_counter()

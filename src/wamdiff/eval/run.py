@@ -7,7 +7,8 @@ and the demo all call these two functions.
   3. each planner plans every scene ONCE (`planners.plan_scenes`); failed plans stay failed unless its spec
      opted in to a fallback;
   4. those same plans are scored by PDMS and by the open-loop metrics; one CSV per planner and metric, one JSON
-     aggregate per planner;
+     aggregate per planner; with `settings.speed`, the model planners are then timed on the same scenes at
+     batch 1/8/32, interleaved (`eval.plan_timing`; `speed` in each planner's entry);
   5. summaries (`pdms_summary.json`, `openloop_summary.json`, `open_summary.json`), `plans.json`, plots.
 `evaluate_closed(planners, routes, out)`: each planner drives the route set in lockstep (`closedloop.run_routes`),
   one CSV + JSON per planner, `closedloop_summary.json`, frame strips, the driving-score plot.
@@ -29,6 +30,7 @@ from wamdiff.eval.closedloop import aggregate_routes, run_routes
 from wamdiff.eval.consistency import consistency_report
 from wamdiff.eval.openloop import aggregate_openloop, openloop_row
 from wamdiff.eval.pdms import EPDMS_METRICS, METRICS, PDMSConfig, PDMSEvaluator, aggregate
+from wamdiff.eval.plan_timing import SpeedProbe, plans_speed, time_planners
 from wamdiff.eval.planners import fallback_planner, make_planner, plan_scenes
 from wamdiff.eval.report import plot_bev, plot_family_bars, plot_strip, plot_subscores, safe_name, write_csv
 from wamdiff.eval.specs import PlannerSpec
@@ -46,6 +48,7 @@ class OpenLoopSettings:
     plots: int = 0  # BEV plots for this many scenes, spread over families
     relative_to: str | dict | None = None  # open-loop reference: a planner name in `planners`, or its aggregate JSON
     executor: ExecutorConfig | None = None  # PDMS reference + scoring fanned out (`eval.fanout`); None: in this process
+    speed: SpeedProbe | None = None  # model planners timed at batch 1/8/32 on the same scenes (`eval.plan_timing`)
 
 
 def progress_bar(console: Console | None) -> Progress:
@@ -53,10 +56,14 @@ def progress_bar(console: Console | None) -> Progress:
                     console=console)
 
 
-def _decode_stats(plans, plan_s: float) -> dict:
-    tokens, forwards = sum(p.new_tokens for p in plans), sum(p.forwards for p in plans)
-    return {"tokens": tokens, "forwards": forwards, "tok_s": tokens / plan_s if tokens and plan_s > 0 else None,
-            "tpf": tokens / forwards if forwards else None, "ms_per_token": 1e3 * plan_s / tokens if tokens else None}
+def _decode_stats(plans, batch: int) -> dict:
+    """Speed of the evaluation's own planning pass (`decoding.speed`: `generate` time only; None for planners that
+    do not decode)."""
+    s = plans_speed(plans, batch)
+    if not s.tokens or s.wall_s <= 0:
+        return {"tokens": s.tokens, "forwards": s.forwards, "batch": batch, "tok_s": None, "tpf": None,
+                "ms_per_token": None, "plans_per_s": None, "latency_ms": None}
+    return s.as_dict()
 
 
 def evaluate_open(planners: dict[str, PlannerSpec], scenes: list, out: str | Path,
@@ -98,7 +105,7 @@ def evaluate_open(planners: dict[str, PlannerSpec], scenes: list, out: str | Pat
             plan_s = time.perf_counter() - t0
             entry = {"spec": spec.text, "fallback": spec.fallback, "n_scenes": len(scenes), "plan_seconds": plan_s,
                      "n_failed": sum(not p.ok for p in plans), "n_fallback": sum(bool(p.fallback) for p in plans),
-                     "decode": _decode_stats(plans, plan_s), "pdms": None,
+                     "decode": _decode_stats(plans, spec.batch), "pdms": None,
                      "consistency": consistency_report(plans, scenes, getattr(spec, "fmt", None))}
             file = safe_name(name)
             if ev is not None:  # 4.
@@ -127,6 +134,12 @@ def evaluate_open(planners: dict[str, PlannerSpec], scenes: list, out: str | Pat
             write_json(out / f"openloop_{file}.json", entry["openloop"])
             results[name], plans_by[name] = entry, plans
     results = {name: results[name] for name in planners}  # back in the caller's order
+    timed = {n: built[n][0] for n, spec in planners.items() if spec.kind == "model"}
+    if settings.speed is not None and timed:  # 4b. the same scenes at batch 1/8/32, planners interleaved
+        with progress_bar(console) as prog:
+            task = prog.add_task("plan timings", total=len(settings.speed.batches) * settings.speed.repeats * len(timed))
+            for name, speeds in time_planners(timed, scenes, settings.speed, lambda: prog.advance(task)).items():
+                results[name]["speed"] = speeds
     _write_open_summaries(out, results, plans_by, scenes, timings)  # 5.
     if ev is not None:
         _plot_open(out, results, plans_by, rows_by, scenes, settings)

@@ -155,7 +155,9 @@ def load_model(path, *, dtype=torch.float32):
     add_special_tokens(tokenizer)
     vocab = model.get_input_embeddings().weight.shape[0]
     if len(tokenizer) > vocab:
-        model.resize_token_embeddings(len(tokenizer))
+        with torch.random.fork_rng(devices=[]):  # the new rows are drawn at random: the same rows at every load
+            torch.manual_seed(0)
+            model.resize_token_embeddings(len(tokenizer))
     cfg = model.config
     cfg.mask_token_id = token_id(tokenizer, T.MASK)
     if is_vision_model(model):  # keep the model's special ids in step with the (possibly extended) tokenizer

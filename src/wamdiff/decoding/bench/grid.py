@@ -25,7 +25,11 @@ from wamdiff.decoding.bench.headline import best_vs_best
 from wamdiff.decoding.bench.journal import Journal, fingerprint
 from wamdiff.decoding.bench.quality import quality
 from wamdiff.decoding.bench.timing import step_cost, summarize, timed_generate
+from wamdiff.decoding.speed import times_ar
 from wamdiff.decoding.config import ATTENTIONS, DTYPE_NAMES, DecodeConfig
+from wamdiff.decoding.grammar import Grammar
+from wamdiff.driving.trajectory import FIXED_WIDTH_FORMATS
+from wamdiff.decoding.lean import LEAN_MODES
 
 DTYPES = {name: DTYPE_NAMES[name] for name in ("fp32", "bf16")}  # the grid's dtypes
 
@@ -51,6 +55,8 @@ class BenchGrid:
     caches: list[str] = field(default_factory=lambda: ["exact", "delayed"])
     device: str = "cpu"
     attention: str = "sdpa"  # DecodeConfig.attention, for AR and diffusion alike
+    lean: str = DecodeConfig.lean  # DecodeConfig.lean and prefill_cache, for AR and diffusion alike
+    prefill_cache: bool = DecodeConfig.prefill_cache
 
     def __post_init__(self) -> None:
         if isinstance(self.compile, bool):
@@ -65,12 +71,25 @@ class BenchGrid:
             raise ValueError(f"BenchGrid.dtypes: unknown {bad} (use {sorted(DTYPES)})")
         if self.attention not in ATTENTIONS:
             raise ValueError(f"BenchGrid.attention: unknown {self.attention!r} (use one of {ATTENTIONS})")
+        if self.lean not in LEAN_MODES:
+            raise ValueError(f"BenchGrid.lean: unknown {self.lean!r} (use one of {LEAN_MODES})")
         if torch.device(self.device).type == "cuda" and not torch.cuda.is_available():
             raise ValueError(f"BenchGrid.device {self.device!r}: no CUDA device is visible on this machine")
 
     def diffusion_points(self) -> list[tuple]:
         """(B, tau, step cap, cache) of every diffusion configuration, in run order."""
         return list(itertools.product(self.block_sizes, self.thresholds, self.max_steps_per_block, self.caches))
+
+    def config(self, tokenizer=None, fmt: str | None = None, **kw) -> DecodeConfig:
+        """A `DecodeConfig` with the grid's shared settings (and the answer format's grammar, as planners decode)."""
+        grammar = Grammar.for_format(tokenizer, fmt) if tokenizer is not None and fmt in FIXED_WIDTH_FORMATS else None
+        return DecodeConfig(max_new_tokens=self.max_new_tokens, attention=self.attention, lean=self.lean,
+                            prefill_cache=self.prefill_cache, grammar=grammar, **kw)
+
+    def block_config(self, point: tuple, tokenizer=None, fmt=None, compile: bool = False) -> DecodeConfig:
+        b, tau, steps, cache = point
+        return self.config(tokenizer, fmt, mode="block", block_size=b, threshold=tau, max_steps_per_block=steps,
+                           delayed_cache=cache == "delayed", compile=compile)
 
 
 def run_bench(model, tokenizer, prompts, grid: BenchGrid, *, expert=None, fmt=None, progress=None,
@@ -82,7 +101,7 @@ def run_bench(model, tokenizer, prompts, grid: BenchGrid, *, expert=None, fmt=No
     prompts reuses the rows found there (an interrupted benchmark resumes where it stopped).
     The caller's models are never modified (each dtype runs on a cast copy)."""
     rows, costs = [], []
-    log = Journal(journal, fingerprint(grid, prompts, model, ar_model)) if journal else None
+    log = Journal(journal, fingerprint(grid, prompts, model, ar_model, fmt)) if journal else None
     if log and log.rows and progress:
         progress(f"resuming: {len(log.rows)} rows and {len(log.costs)} step costs from {journal}")
     base = copy.deepcopy(model).float()
@@ -127,7 +146,7 @@ def run_bench(model, tokenizer, prompts, grid: BenchGrid, *, expert=None, fmt=No
                              + ", ".join(f"B{b} {cost[f'B{b}_ratio']:.2f}x" for b in grid.block_sizes))
             for n in grid.batch_sizes:
                 used = len(pool) - len(pool) % n
-                ar_cfg = DecodeConfig(mode="ar", max_new_tokens=grid.max_new_tokens, compile=comp, attention=grid.attention)
+                ar_cfg = grid.config(ar_tok, fmt, mode="ar", compile=comp)
                 if not log or any(k not in log.rows for k in keys[n]):
                     timed_chunks(ar_m, ar_tok, ar_cfg, n, warmup=True)  # AR warm-up (every prompt width)
                 for key in keys[n]:
@@ -137,17 +156,15 @@ def run_bench(model, tokenizer, prompts, grid: BenchGrid, *, expert=None, fmt=No
                         continue
                     # AR is re-timed next to every diffusion run: the ratio is taken within the pair
                     ar_g, ar_wall = timed_chunks(ar_m, ar_tok, ar_cfg, n, warmup=False)
-                    ar = summarize(ar_g, ar_wall)
-                    cfg = DecodeConfig(mode="block", block_size=b, threshold=tau, compile=comp, max_steps_per_block=steps,
-                                       max_new_tokens=grid.max_new_tokens, delayed_cache=cache == "delayed",
-                                       attention=grid.attention)
+                    ar = summarize(ar_g, ar_wall, n)
+                    cfg = grid.block_config((b, tau, steps, cache), tokenizer, fmt, compile=comp)
                     g, wall = timed_chunks(m, tokenizer, cfg, n)
-                    d = summarize(g, wall)
+                    d = summarize(g, wall, n)
                     exp = expert_pool[:used] if expert_pool else None
                     row = {"dtype": dname, "compile": comp, "batch": n, "block_size": b, "threshold": tau,
                            "max_steps": steps, "cache": cache, "ar": ar, "diffusion": d,
-                           "speedup": d["tok_s"] / ar["tok_s"], "prompts": used, "quality": quality(g, ar_g, exp, fmt),
-                           "ar_quality": quality(ar_g, ar_g, exp, fmt)}
+                           "times_ar": times_ar(d, ar), "speedup": d["tok_s"] / ar["tok_s"], "prompts": used,
+                           "quality": quality(g, ar_g, exp, fmt), "ar_quality": quality(ar_g, ar_g, exp, fmt)}
                     rows.append(row)
                     if log:
                         log.add("row", row)

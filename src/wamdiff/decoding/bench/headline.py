@@ -1,35 +1,54 @@
 """The headline figure: fastest AR setting against fastest diffusion setting per batch size, overall and among
-the settings that keep AR's trajectory quality; and its one-line wording (shared by console and Markdown)."""
+the settings that keep AR's trajectory quality; the headline table (AR, best diffusion at AR quality, the speed
+dial's pick) and the one-line wording (shared by console and Markdown).
+
+Speed is `decoding.speed`'s one definition: "fastest" = most plans/s at that batch size (the same order as the
+lowest latency), and "× AR" = plans/s ratio to the fastest AR setting at the same batch size.
+"""
 
 from __future__ import annotations
 
-QUALITY_TOLERANCE = 0.10  # "at AR quality": mean waypoint L2 to the expert within 10 % of AR's on the same prompts
+from wamdiff.decoding.dial import QUALITY_TOLERANCE, meets_quality
+
+
+def _plans_s(side: dict) -> float:
+    return side.get("plans_per_s") or side["tok_s"]  # rows journaled before plans/s existed: tok/s orders alike
 
 
 def best_vs_best(rows: list[dict], tolerance: float = QUALITY_TOLERANCE) -> list[dict]:
     """Per batch size: the fastest AR setting (any dtype, compile setting) against the fastest diffusion setting
     (any dtype, compile setting, B, tau, step cap, cache) -- the headline figure, so a setting that only slows
     AR down cannot flatter the ratio. When L2 to the expert is known, `at_quality` repeats the comparison over
-    the diffusion settings whose L2 stays within `tolerance` of AR's (None when no setting does)."""
+    the diffusion settings that meet the quality bound (`dial.meets_quality`; None when no setting does)."""
     out = []
     for n in sorted({r["batch"] for r in rows}):
         sel = [r for r in rows if r["batch"] == n]
-        ar = max(sel, key=lambda r: r["ar"]["tok_s"])
-        entry = _versus(ar, max(sel, key=lambda r: r["diffusion"]["tok_s"]))
-        good = [r for r in sel if r["quality"]["l2_vs_expert"] is not None and r["ar_quality"]["l2_vs_expert"] is not None
-                and r["quality"]["l2_vs_expert"] <= (1 + tolerance) * r["ar_quality"]["l2_vs_expert"]]
-        entry["at_quality"] = _versus(ar, max(good, key=lambda r: r["diffusion"]["tok_s"])) if good else None
+        ar = max(sel, key=lambda r: _plans_s(r["ar"]))
+        entry = _versus(ar, max(sel, key=lambda r: _plans_s(r["diffusion"])))
+        good = [r for r in sel if at_ar_quality(r, tolerance)]
+        entry["at_quality"] = _versus(ar, max(good, key=lambda r: _plans_s(r["diffusion"]))) if good else None
         entry["quality_tolerance"] = tolerance
         out.append(entry)
     return out
 
 
+def at_ar_quality(row: dict, tolerance: float = QUALITY_TOLERANCE) -> bool:
+    """A grid row meets the quality bound: judged on the speed dial's curve when the run tuned one (more prompts,
+    the same decoding; `tune.attach_measurements` sets `at_ar_quality`), else on the row's own prompts."""
+    if row.get("at_ar_quality") is not None:
+        return bool(row["at_ar_quality"])
+    return meets_quality(row["quality"], row["ar_quality"], tolerance)
+
+
 def _versus(ar: dict, d: dict) -> dict:
-    return {"batch": d["batch"], "ar_dtype": ar["dtype"], "ar_compile": ar.get("compile", False), "ar_tok_s": ar["ar"]["tok_s"],
+    a, s = ar["ar"], d["diffusion"]
+    return {"batch": d["batch"], "ar_dtype": ar["dtype"], "ar_compile": ar.get("compile", False), "ar_tok_s": a["tok_s"],
+            "ar_plans_per_s": a.get("plans_per_s"), "ar_latency_ms": a.get("latency_ms"),
             "diffusion_dtype": d["dtype"], "diffusion_compile": d.get("compile", False), "cache": d.get("cache", "exact"),
             "block_size": d["block_size"], "threshold": d["threshold"], "max_steps": d.get("max_steps"),
-            "diffusion_tok_s": d["diffusion"]["tok_s"], "tpf": d["diffusion"]["tpf"],
-            "ratio": d["diffusion"]["tok_s"] / ar["ar"]["tok_s"],
+            "diffusion_tok_s": s["tok_s"], "diffusion_plans_per_s": s.get("plans_per_s"),
+            "diffusion_latency_ms": s.get("latency_ms"), "tpf": s["tpf"],
+            "ratio": s["tok_s"] / a["tok_s"], "times_ar": _plans_s(s) / _plans_s(a),
             "l2_vs_expert": d["quality"]["l2_vs_expert"], "ar_l2_vs_expert": d["ar_quality"]["l2_vs_expert"]}
 
 
@@ -37,15 +56,63 @@ def setting_label(dtype: str, compiled) -> str:
     return f"{dtype}+compile" if compiled else dtype
 
 
+def diffusion_label(d: dict) -> str:
+    """B, tau, step cap and cache of a row / pick."""
+    return (f"B{d['block_size']}, tau {d['threshold']}, <= {d.get('max_steps')} steps/block, "
+            f"{d.get('cache', 'exact')} cache")
+
+
 def best_line(b: dict) -> str:
-    l2 = "" if b.get("l2_vs_expert") is None else f", L2 vs expert {b['l2_vs_expert']:.2f} m (AR {b['ar_l2_vs_expert']:.2f})"
+    ar_l2 = "-" if b.get("ar_l2_vs_expert") is None else f"{b['ar_l2_vs_expert']:.2f}"
+    l2 = "" if b.get("l2_vs_expert") is None else f", L2 vs expert {b['l2_vs_expert']:.2f} m (AR {ar_l2})"
+    lat = ""
+    if b.get("ar_latency_ms") is not None and b["batch"] == 1:
+        lat = f"; ms per trajectory {b['ar_latency_ms']:.1f} -> {b['diffusion_latency_ms']:.1f}"
     return (f"batch {b['batch']}: AR {b['ar_tok_s']:.1f} tok/s ({setting_label(b['ar_dtype'], b.get('ar_compile'))}) vs "
             f"diffusion {b['diffusion_tok_s']:.1f} tok/s ({setting_label(b['diffusion_dtype'], b.get('diffusion_compile'))}, "
-            f"B{b['block_size']}, tau {b['threshold']}, <= {b.get('max_steps')} steps/block, {b.get('cache', 'exact')} cache, "
-            f"TPF {b['tpf']:.2f}{l2}): "
-            f"{b['ratio']:.2f}x")
+            f"{diffusion_label(b)}, TPF {b['tpf']:.2f}{l2}): {b['times_ar']:.2f}x AR (plans/s; tok/s {b['ratio']:.2f}x){lat}")
 
 
 def at_quality_line(b: dict) -> str:
-    return (f"at AR quality (L2 within {100 * b['quality_tolerance']:.0f} % of AR's): "
+    return (f"at AR quality (L2 within {100 * b['quality_tolerance']:.0f} % of AR's, no more failed parses): "
             + (best_line(b["at_quality"]) if b["at_quality"] else f"batch {b['batch']}: no setting"))
+
+
+def headline_table(result: dict) -> list[dict]:
+    """The rows `make bench` prints first, per batch size: the fastest AR setting, the fastest diffusion setting at
+    AR quality, and the speed dial's pick (when the run tuned it) with its share of that best."""
+    rows_by = {}
+    for r in result["rows"]:
+        rows_by.setdefault(r["batch"], []).append(r)
+    picks = {(p["batch"], p["dtype"], p["compile"]): p for p in (result.get("tune") or {}).get("picks", [])}
+    out = []
+    for b in result.get("best", []):
+        n = b["batch"]
+        ar = max(rows_by[n], key=lambda r: _plans_s(r["ar"]))
+        out.append(_table_row(n, "AR VLA (fastest setting)", setting_label(ar["dtype"], ar.get("compile")), ar["ar"],
+                              ar["ar_quality"], ar["ar"]))
+        q = b.get("at_quality")
+        best = None
+        if q:
+            best = next(r for r in rows_by[n] if r["dtype"] == q["diffusion_dtype"] and r["compile"] == q["diffusion_compile"]
+                        and (r["block_size"], r["threshold"], r["max_steps"], r["cache"]) ==
+                        (q["block_size"], q["threshold"], q["max_steps"], q["cache"]))
+            out.append(_table_row(n, "diffusion, fastest at AR quality",
+                                  f"{setting_label(best['dtype'], best.get('compile'))}, {diffusion_label(best)}",
+                                  best["diffusion"], best["quality"], ar["ar"]))
+        for (pn, dtype, comp), p in sorted(picks.items()):
+            if pn != n or p.get("row") is None:
+                continue
+            row = p["row"]
+            entry = _table_row(n, "diffusion, speed dial (auto)", f"{setting_label(dtype, comp)}, {diffusion_label(p)}",
+                               row["diffusion"], row["quality"], ar["ar"])
+            entry["of_best"] = _plans_s(row["diffusion"]) / _plans_s(best["diffusion"]) if best else None
+            out.append(entry)
+    return out
+
+
+def _table_row(n: int, who: str, setting: str, speed: dict, q: dict, ar: dict) -> dict:
+    return {"batch": n, "planner": who, "setting": setting, "latency_ms": speed.get("latency_ms"),
+            "plans_per_s": speed.get("plans_per_s"), "tok_s": speed["tok_s"], "tpf": speed["tpf"],
+            "l2_vs_expert": (q or {}).get("l2_vs_expert"), "parse_failures": (q or {}).get("parse_failures"),
+            "times_ar": _plans_s(speed) / _plans_s(ar)}

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 from dataclasses import asdict
 from pathlib import Path
 
 import torch
+
+from wamdiff.decoding.dial import model_fingerprint
 
 JOURNAL = "bench.partial.jsonl"  # rows of an unfinished run, in the output folder
 
@@ -53,13 +54,9 @@ class Journal:
             fh.write(json.dumps({"kind": kind, "data": data}) + "\n")
 
 
-def fingerprint(grid, prompts, model, ar_model) -> str:
-    """Identity of a benchmark: the grid, the prompts' tokens and both models' weights (sums, float64)."""
-
-    def weights(m):
-        return None if m is None else [round(float(p.detach().double().sum()), 6)
-                                       for p in itertools.islice(m.parameters(), 64)]
-
-    ident = {"grid": asdict(grid), "prompts": [p.input_ids.reshape(-1).tolist() for p in prompts],
-             "model": weights(model), "ar_model": weights(ar_model), "threads": torch.get_num_threads()}
+def fingerprint(grid, prompts, model, ar_model, fmt=None) -> str:
+    """Identity of a benchmark: the grid, the prompts' tokens, the answer format and both models' weights."""
+    ident = {"grid": asdict(grid), "prompts": [p.input_ids.reshape(-1).tolist() for p in prompts], "format": fmt,
+             "model": model_fingerprint(model), "ar_model": None if ar_model is None else model_fingerprint(ar_model),
+             "threads": torch.get_num_threads()}
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]

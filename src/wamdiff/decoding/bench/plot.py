@@ -8,6 +8,10 @@ from pathlib import Path
 from wamdiff.decoding.bench.headline import setting_label
 
 
+def _times_ar(r: dict) -> float:
+    return r.get("times_ar") or r["speedup"]  # rows journaled before plans/s existed: the tok/s ratio
+
+
 def write_plot(result: dict, path: Path) -> None:
     """One row of panels per batch size: speed vs B (at the tau nearest 0.9), TPF vs tau, speed vs quality."""
     import matplotlib
@@ -29,7 +33,7 @@ def write_plot(result: dict, path: Path) -> None:
         mine = [r for r in rows if r["batch"] == n]
         for name in sorted({setting(r) for r in mine}):
             sel = sorted((r for r in mine if setting(r) == name and r["threshold"] == tau_b), key=lambda r: r["block_size"])
-            ax_row[0].plot([r["block_size"] for r in sel], [r["speedup"] for r in sel], marker="o", label=name)
+            ax_row[0].plot([r["block_size"] for r in sel], [_times_ar(r) for r in sel], marker="o", label=name)
         for b in sorted({r["block_size"] for r in mine}):
             for cap in sorted({r.get("max_steps", 0) for r in mine}):
                 sel = [r for r in mine if r["block_size"] == b and r.get("max_steps", 0) == cap]
@@ -41,13 +45,13 @@ def write_plot(result: dict, path: Path) -> None:
                 sel = [r for r in mine if r.get("cache", "exact") == cache and r.get("max_steps", 0) == cap]
                 if sel:
                     q = [r["quality"]["l2_vs_expert"] if has_l2 else 1 - r["quality"]["exact_match_vs_ar"] for r in sel]
-                    ax_row[2].scatter(q, [r["speedup"] for r in sel], s=14, color=color, marker=marker,
+                    ax_row[2].scatter(q, [_times_ar(r) for r in sel], s=14, color=color, marker=marker,
                                       label=f"{cache} cache, <={cap} steps")
         if has_l2 and mine[0]["ar_quality"]["l2_vs_expert"] is not None:
             ax_row[2].axvline(mine[0]["ar_quality"]["l2_vs_expert"], color="k", lw=0.8, ls="--", label="AR")
-        labels = [("block size B", "diffusion / AR tok/s", f"speed vs B (tau {tau_b}), batch {n}"),
+        labels = [("block size B", "× AR (plans/s ratio)", f"speed vs B (tau {tau_b}), batch {n}"),
                   ("threshold tau", "tokens per forward", f"TPF vs tau, batch {n}"),
-                  ("L2 vs expert (m)" if has_l2 else "1 - exact match vs AR", "diffusion / AR tok/s",
+                  ("L2 vs expert (m)" if has_l2 else "1 - exact match vs AR", "× AR (plans/s ratio)",
                    f"speed vs quality, batch {n}")]
         for ax, (x, y, t) in zip(ax_row, labels):
             ax.set_xlabel(x), ax.set_ylabel(y), ax.set_title(t), ax.grid(alpha=0.3)

@@ -17,6 +17,8 @@ def guess_format(answer: str | None) -> str | None:
         return None
     if "<|bin_" in answer:
         return "bins"
+    if "<|dx_" in answer:
+        return "delta"
     if re.match(r"^[+-]\d{3}\.\d{2},", answer):
         return "fixed2"
     if re.match(r"^[+-]\d{3}\.\d,", answer):

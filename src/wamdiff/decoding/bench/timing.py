@@ -12,8 +12,9 @@ import torch
 from wamdiff.decoding.ar import decode_ar
 from wamdiff.decoding.block import decode_block
 from wamdiff.decoding.config import DecodeConfig, Generation
-from wamdiff.decoding.engine import PROMPT_BUCKET, generate, model_block_settings
-from wamdiff.decoding.runner import StepRunner, collate_prompts
+from wamdiff.decoding.engine import generate, model_block_settings
+from wamdiff.decoding.runner import PROMPT_BUCKET, StepRunner, collate_prompts
+from wamdiff.decoding.speed import speed_of
 from wamdiff.models.tokens import PAD, token_id
 
 
@@ -28,14 +29,11 @@ def timed_generate(model, tokenizer, prompts, cfg: DecodeConfig, repeats: int, w
     return gens, statistics.median(walls)
 
 
-def summarize(gens: list[Generation], wall: float) -> dict:
-    toks = sum(len(g.token_ids) for g in gens)
-    fw = statistics.fmean(g.forwards for g in gens)
-    return {
-        "tok_s": toks / wall, "ms_per_token": 1e3 * wall / max(1, toks), "wall_s": wall, "tokens": toks,
-        "forwards_per_sample": fw, "tokens_per_sample": toks / len(gens), "tpf": (toks / len(gens)) / max(fw, 1e-9),
-        "finished": sum(g.finished for g in gens),
-    }
+def summarize(gens: list[Generation], wall: float, batch: int = 1) -> dict:
+    """The one speed definition (`decoding.speed`) of `gens` decoded in batches of `batch` within `wall` seconds."""
+    s = speed_of(gens, wall, batch).as_dict()
+    return {**s, "forwards_per_sample": s["forwards_per_plan"], "tokens_per_sample": s["tokens_per_plan"],
+            "finished": sum(g.finished for g in gens)}
 
 
 @torch.inference_mode()
@@ -47,7 +45,8 @@ def step_cost(model, tokenizer, prompt, block_sizes, *, n_tokens: int = 64, repe
     mask_id = model_block_settings(model, tokenizer)[1]
     batch_p = collate_prompts([prompt] * batch, pad, next(model.parameters()).device,
                               pad_to_multiple=PROMPT_BUCKET if compile else 1)
-    kw = dict(compile=compile, cuda_graphs=attention == "sdpa", attention=attention)  # as `generate` builds it
+    # as `generate` builds it; lean off: every step is the full B-row forward (the speedup's denominator)
+    kw = dict(compile=compile, cuda_graphs=attention == "sdpa", attention=attention, lean="off")
 
     def per_forward(t0, forwards) -> float:
         n = int(forwards[0])  # reading the count waits for the device
