@@ -38,6 +38,17 @@ MERGE_ZONE_M = 10.0  # m after the merge point still occupied by a vehicle that 
 STOP_LINE_GAP_M = 1.5  # m kept to the ring's edge when waiting
 
 
+def _single_lane_road(vehicle):
+    """(road graph, from, to) of the single-lane road `vehicle` drives on, else None (multi-lane or no road)."""
+    road = getattr(vehicle, "road", None)
+    lane_index = getattr(vehicle, "lane_index", None)
+    if road is None or lane_index is None:
+        return None
+    graph = road.network.graph
+    _from, _to, _ = lane_index
+    return (graph, _from, _to) if len(graph[_from][_to]) == 1 else None
+
+
 def ring_entry_stop_gap(vehicle) -> float | None:
     """Distance to the ring's edge when `vehicle` must give way there, else None.
 
@@ -45,14 +56,11 @@ def ring_entry_stop_gap(vehicle) -> float | None:
     vehicle on a single-lane road that feeds a multi-lane ring waits while a ring vehicle would reach the merge
     point within `ENTRY_GAP_S` or is still inside the merge zone.
     """
-    road = getattr(vehicle, "road", None)
-    lane_index = getattr(vehicle, "lane_index", None)
-    if road is None or lane_index is None:
+    here = _single_lane_road(vehicle)
+    if here is None:
         return None
-    graph = road.network.graph
-    _from, _to, _ = lane_index
-    if len(graph[_from][_to]) != 1:
-        return None
+    graph, _from, _to = here
+    road = vehicle.road
     ring_out = [to for to, lanes in graph.get(_to, {}).items() if len(lanes) > 1]
     ring_in = [a for a, tos in graph.items() if _to in tos and len(tos[_to]) > 1]
     if not ring_out or not ring_in:
@@ -123,14 +131,11 @@ def junction_entry_stop_gap(vehicle) -> float | None:
     about to enter waits while a vehicle on a conflicting path is inside the junction, while a conflicting
     vehicle of a higher-priority road arrives within `MAJOR_GAP_S`, or while one of equal priority arrives first.
     """
-    road = getattr(vehicle, "road", None)
-    lane_index = getattr(vehicle, "lane_index", None)
-    if road is None or lane_index is None:
+    here = _single_lane_road(vehicle)
+    if here is None or not _is_junction_entry(here[0], here[2]):
         return None
-    graph = road.network.graph
-    _from, _to, _ = lane_index
-    if len(graph[_from][_to]) != 1 or not _is_junction_entry(graph, _to):
-        return None
+    graph, _from, _to = here
+    road = vehicle.road
     mine = (_to, _next_road(vehicle, _to))
     conflicts = _junction_conflicts(road.network).get(mine)
     if not conflicts:
