@@ -30,8 +30,14 @@ def test_trained_model_records_camera_and_format(tmp_path):
     assert make_planner(spec).camera == CameraConfig(look_ahead=5.0, route=True)
 
 
-def test_checkpoint_without_records_uses_the_legacy_camera_and_text2():
-    text = "model:checkpoints/ar_sft"  # shipped before either was recorded
+def test_checkpoint_without_records_uses_the_legacy_camera_and_text2(tmp_path):
+    from wamdiff.models import build_model, build_tokenizer, save_model
+
+    tok = build_tokenizer()
+    path = save_model(build_model("tiny", tok, seed=0), tok, tmp_path / "old")  # as saved before either was recorded
+    config = json.loads((path / "config.json").read_text())
+    assert "wamdiff_camera" not in config and "wamdiff_answer_format" not in config
+    text = f"model:{path}"
     spec = parse_specs([text])[text]
     assert spec.fmt == "text2"
     assert make_planner(spec).camera == LEGACY_CAMERA
