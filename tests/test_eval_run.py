@@ -238,3 +238,16 @@ def test_pipeline_specs_are_typed_and_checked_at_load(tmp_path):
     (tmp_path / "p.yaml").write_text(yaml.safe_dump(cfg))
     with pytest.raises(ValueError, match=r"p\.yaml: evaluate\.planners: .*threshold"):
         Pipeline.load(tmp_path / "p.yaml")
+
+
+def test_two_runs_final_checkpoints_get_their_own_result_files():
+    """Both planners of `eval closedloop -p model:runs/a/final -p model:runs/b/final` once wrote closedloop_model_final*:
+    the second overwrote the first. The run's folder now names the file, and a true clash is refused up front."""
+    from wamdiff.errors import UserError
+    from wamdiff.eval.report import planner_files
+
+    files = planner_files(["model:runs/d/ckpt/ar_vla/final,mode=ar", "model:runs/d/ckpt/ar_sft/final,mode=ar", "expert"])
+    assert files == {"model:runs/d/ckpt/ar_vla/final,mode=ar": "model_ar_vla_final_mode-ar",
+                     "model:runs/d/ckpt/ar_sft/final,mode=ar": "model_ar_sft_final_mode-ar", "expert": "expert"}
+    with pytest.raises(UserError, match="same result files"):
+        planner_files(["model:one/student,mode=ar", "model:two/student,mode=ar"])

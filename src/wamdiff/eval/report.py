@@ -16,8 +16,27 @@ def safe_name(spec: str) -> str:
     kind, _, rest = spec.partition(":")
     if rest:
         parts = rest.split(",")
-        rest = "_".join([Path(parts[0]).name or "ckpt", *[p.replace("=", "-") for p in parts[1:]]])
+        path = Path(parts[0])
+        leaf = path.name or "ckpt"
+        if leaf == "final" or leaf.startswith("step-"):  # a training run's output: the run names the model
+            leaf = f"{path.parent.name}_{leaf}" if path.parent.name else leaf
+        rest = "_".join([leaf, *[p.replace("=", "-") for p in parts[1:]]])
     return re.sub(r"[^A-Za-z0-9._-]+", "_", (f"{kind}_{rest}" if rest else kind).replace("+", "plus"))
+
+
+def planner_files(names) -> dict[str, str]:
+    """{planner name: its file stem}; UserError when two planners would write the same files."""
+    from wamdiff.errors import UserError
+
+    files: dict[str, str] = {}
+    for name in names:
+        file = safe_name(name)
+        clash = next((n for n, f in files.items() if f == file), None)
+        if clash is not None:
+            raise UserError(f"planners {clash!r} and {name!r} would write the same result files ({file}.*): "
+                            "give their checkpoints folders of different names")
+        files[name] = file
+    return files
 
 
 def _cell(v):

@@ -32,7 +32,7 @@ from wamdiff.eval.openloop import aggregate_openloop, openloop_row
 from wamdiff.eval.pdms import EPDMS_METRICS, METRICS, PDMSConfig, PDMSEvaluator, aggregate
 from wamdiff.eval.plan_timing import SpeedProbe, plans_speed, time_planners
 from wamdiff.eval.planners import fallback_planner, make_planner, plan_scenes
-from wamdiff.eval.report import plot_bev, plot_family_bars, plot_strip, plot_subscores, safe_name, write_csv
+from wamdiff.eval.report import plot_bev, plot_family_bars, planner_files, plot_strip, plot_subscores, write_csv
 from wamdiff.eval.specs import PlannerSpec
 from wamdiff.eval.route_diagnostics import failure_summary, plot_failure_timelines, plot_route_paths
 from wamdiff.executors import ExecutorConfig, parallel_executor
@@ -74,6 +74,7 @@ def evaluate_open(planners: dict[str, PlannerSpec], scenes: list, out: str | Pat
     if not scenes:
         raise ValueError("evaluate_open: no scenes to evaluate")
     ev = PDMSEvaluator(settings.pdms) if settings.pdms is not None else None
+    files = planner_files(planners)  # before any work: two planners must not share result files
     built = {name: (make_planner(spec, ev), fallback_planner(spec, ev)) for name, spec in planners.items()}  # 1.
     reference = settings.relative_to
     order = list(planners)
@@ -107,7 +108,7 @@ def evaluate_open(planners: dict[str, PlannerSpec], scenes: list, out: str | Pat
                      "n_failed": sum(not p.ok for p in plans), "n_fallback": sum(bool(p.fallback) for p in plans),
                      "decode": _decode_stats(plans, spec.batch), "pdms": None,
                      "consistency": consistency_report(plans, scenes, getattr(spec, "fmt", None))}
-            file = safe_name(name)
+            file = files[name]
             if ev is not None:  # 4.
                 task = prog.add_task(f"{name}: score", total=len(scenes))
                 rows, t0 = [], time.perf_counter()
@@ -192,6 +193,7 @@ def evaluate_closed(planners: dict[str, PlannerSpec], routes: list, out: str | P
     """Drive `routes` with every planner (model planners: the first `model_routes` routes only, when given).
     `executor`: route shards driven in parallel (`eval.fanout.drive_routes`); None: all here, in lockstep."""
     out = Path(out)
+    files = planner_files(planners)
     built = {name: (make_planner(spec), fallback_planner(spec)) for name, spec in planners.items()}
     results = {}
     with progress_bar(console) as prog, parallel_executor(executor) as ex:
@@ -209,7 +211,7 @@ def evaluate_closed(planners: dict[str, PlannerSpec], routes: list, out: str | P
             agg = aggregate_routes(res)
             agg.update(planner=name, spec=spec.text, fallback=spec.fallback, route_set=route_set,
                        wall_seconds=time.perf_counter() - t0)
-            file = safe_name(name)
+            file = files[name]
             write_csv([r.row() for r in res], out / f"closedloop_{file}.csv")
             write_json(out / f"closedloop_{file}.json", agg)
             write_json(out / f"failures_{file}.json", failure_summary(res))

@@ -39,7 +39,7 @@ class BenchSettings:
     max_batch: int = 32
     max_wait_ms: float = 5.0
     threads: int = 1
-    fmt: str = "fixed1"
+    fmt: str | None = None  # None: each checkpoint's recorded answer format
 
 
 def _stats(latencies_s: list[float]) -> dict:
@@ -56,7 +56,7 @@ def in_process(checkpoint: Path, mode: str, scenes: list, settings: BenchSetting
     from wamdiff.eval.planners import make_planner
 
     torch.set_num_threads(settings.threads)
-    planner = make_planner(f"model:{checkpoint},mode={mode},fmt={settings.fmt},batch=1")
+    planner = make_planner(f"model:{checkpoint},mode={mode}{f',fmt={settings.fmt}' if settings.fmt else ''},batch=1")
     planner.prepare()
     planner.plan(scenes[:1])  # warm-up, as the server does at start
     lat, t_start = [], time.perf_counter()
@@ -84,7 +84,8 @@ def server_process(checkpoint: Path, mode: str, settings: BenchSettings, log: Pa
     port = _free_port()
     cmd = [sys.executable, "-m", "wamdiff.cli", "serve", "--checkpoint", str(checkpoint), "--mode", mode,
            "--host", "127.0.0.1", "--port", str(port), "--max-batch", str(settings.max_batch),
-           "--max-wait-ms", str(settings.max_wait_ms), "--threads", str(settings.threads), "--fmt", settings.fmt]
+           "--max-wait-ms", str(settings.max_wait_ms), "--threads", str(settings.threads),
+           *(["--fmt", settings.fmt] if settings.fmt else [])]
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "w") as err:
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env={**os.environ, "OMP_NUM_THREADS": str(settings.threads)})

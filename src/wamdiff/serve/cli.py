@@ -23,7 +23,8 @@ def serve(
     mode: str = typer.Option(None, help="ar | block (default: block for a diffusion checkpoint, else ar)."),
     port: int = typer.Option(8000, min=0, max=65535, help="TCP port (0: any free port)."),
     host: str = typer.Option("127.0.0.1", help="Address to listen on (loopback by default)."),
-    fmt: str = typer.Option("fixed1", help="Answer format of the checkpoint (text2 | text1 | fixed1 | fixed2 | bins | delta)."),
+    fmt: str | None = typer.Option(None, help="Answer format (text2 | text1 | fixed1 | fixed2 | bins | delta); "
+                                                    "default: the one the checkpoint recorded."),
     block: int = typer.Option(None, min=1, help="Block size B (default: the model's)."),
     threshold: float = typer.Option(None, help="Unmasking threshold tau (default 0.9)."),
     steps: int = typer.Option(None, min=1, help="Denoising steps cap per block."),
@@ -68,7 +69,7 @@ def serve_bench(
     max_batch: int = typer.Option(32, min=1, help="Server --max-batch."),
     max_wait_ms: float = typer.Option(5.0, min=0.0, help="Server --max-wait-ms."),
     threads: int = typer.Option(1, min=1, help="torch threads of the server (and of the in-process reference)."),
-    fmt: str = typer.Option("fixed1", help="Answer format of the checkpoints."),
+    fmt: str | None = typer.Option(None, help="Answer format of the checkpoints; default: the one each recorded."),
 ) -> None:
     """Loopback load test: a server per checkpoint on 127.0.0.1, 1 / 8 / 32 concurrent clients (bounded in requests
     and time), p50 / p99 latency and plans/s, against in-process decoding of the same scenes."""

@@ -21,7 +21,7 @@ SERVER_VERSION = "wamdiff-serve/0.1"
 class ServeSettings:
     checkpoint: Path
     mode: str | None = None  # "ar" | "block" | None: block for a diffusion checkpoint, else ar
-    fmt: str = "fixed1"  # answer format of the checkpoint (the shipped ones and configs/default.yaml: fixed1)
+    fmt: str | None = None  # answer format; None: the one the checkpoint recorded (`eval.specs.recorded_answer_format`)
     decode: dict = field(default_factory=dict)  # more decode options (`DecodeConfig.from_options` names)
     max_batch: int = 8
     max_wait_ms: float = 5.0
@@ -42,7 +42,7 @@ class PlannerEngine:
             torch.set_num_threads(int(settings.threads))
         if settings.mode not in (None, "ar", "block"):
             raise UserError(f"--mode {settings.mode!r}: use ar or block")
-        options = {**settings.decode, "fmt": settings.fmt, "batch": settings.max_batch}
+        options = {**settings.decode, "batch": settings.max_batch, **({"fmt": settings.fmt} if settings.fmt else {})}
         spec = PlannerSpec.model(settings.checkpoint, {**options, "mode": settings.mode or "block"},
                                  text=f"model:{settings.checkpoint}")
         try:
