@@ -1,0 +1,39 @@
+"""The shipped pipeline configs (default, demo, studies) hang together: every stage a row, an `init`, a `teacher`,
+the bench or the overlap names exists in the same config (a training stage before it, or a `checkpoints:` entry),
+and every recipe file exists. A renamed stage used to surface only when the evaluation ran, an hour in."""
+
+from pathlib import Path
+
+import pytest
+
+from wamdiff.pipeline import _read_config
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = sorted([ROOT / "configs" / "default.yaml", ROOT / "configs" / "demo.yaml",
+                  *(ROOT / "configs" / "studies").glob("*.yaml")])
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+def test_every_stage_reference_names_a_stage_or_a_checkpoint(path):
+    cfg = _read_config(path)
+    known = set(cfg.get("checkpoints") or {})
+    for stage in cfg.get("train") or []:
+        for key in ("init", "teacher"):
+            if key in stage:
+                assert stage[key] in known, f"{path.name}: stage {stage['name']} {key}={stage[key]!r} comes later or nowhere"
+        if "aggregate" in stage:
+            assert stage["aggregate"]["planner"] in known, f"{path.name}: {stage['name']} aggregates an unknown planner"
+        if "recipe" in stage:
+            assert (ROOT / stage["recipe"]).is_file(), f"{path.name}: {stage['recipe']} missing"
+        known.add(stage["name"])
+    ev = cfg.get("evaluate") or {}
+    for row, spec in (ev.get("planners") or {}).items():
+        if spec.startswith("stage:"):
+            assert spec[len("stage:"):].split(",")[0] in known, f"{path.name}: row {row!r} names {spec!r}"
+    overlap = ev.get("top5_overlap") or {}
+    for key in ("student", "diffusion_teacher", "ar_teacher"):
+        if key in overlap:
+            assert overlap[key] in known, f"{path.name}: top5_overlap.{key}={overlap[key]!r}"
+    for key in ("ar", "diffusion"):
+        if key in (cfg.get("bench") or {}):
+            assert cfg["bench"][key] in known, f"{path.name}: bench.{key}={cfg['bench'][key]!r}"
