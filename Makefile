@@ -43,22 +43,20 @@ demo: $(STAMP)
 # cache, fp32; add bf16 with BENCH_ARGS="... --dtypes fp32,bf16" on a CPU with AMX), then the headline table,
 # step-cost ratios, roofline and the cheaper-step levers. Writes runs/bench/bench.{md,json,png}, dial_curve.json.
 BENCH_ARGS ?= --blocks 8,16,32 --taus 0.7,0.9 --max-steps 32,4 --dtypes fp32
-# the camera the shipped checkpoints were trained with (render.LEGACY_CAMERA: ego-centred, no route line)
-BENCH_CAMERA ?= --look-ahead 0 --no-route
 bench: $(STAMP)
-	$(BIN)/wamdiff data generate --split test --n 16 --out runs/bench/data_legacy_camera --fmt fixed1 $(BENCH_CAMERA)
-	$(BIN)/wamdiff bench --checkpoint checkpoints/block32_more --ar-checkpoint checkpoints/ar_sft \
-		--data runs/bench/data_legacy_camera/test.json --n-prompts 32 --tune-prompts 64 --threads 1 --format fixed1 \
+	$(BIN)/wamdiff data generate --split test --n 16 --out runs/bench/data --fmt delta
+	$(BIN)/wamdiff bench --checkpoint checkpoints/distill_block --ar-checkpoint checkpoints/ar_vla \
+		--data runs/bench/data/test.json --n-prompts 32 --tune-prompts 64 --threads 1 --format delta \
 		--batch 1,8,32 --tune --levers --out runs/bench $(BENCH_ARGS)
 
 # The planner server under load on loopback (127.0.0.1 only): diffusion (B32) and AR servers, 1 / 8 / 32 concurrent
 # clients, each level bounded by SERVE_REQUESTS requests and SERVE_SECONDS seconds (stops by itself), against
-# in-process decoding. The shipped checkpoints predate camera recording: their scenes use the legacy camera.
+# in-process decoding.
 SERVE_REQUESTS ?= 64
 SERVE_SECONDS ?= 60
 serve-bench: $(STAMP)
-	$(BIN)/wamdiff data generate --split test --n 8 --out runs/serve-bench/data --fmt fixed1 --look-ahead 0 --no-route
-	$(BIN)/wamdiff serve-bench --checkpoint checkpoints/block32_more --ar-checkpoint checkpoints/ar_sft \
+	$(BIN)/wamdiff data generate --split test --n 8 --out runs/serve-bench/data --fmt delta
+	$(BIN)/wamdiff serve-bench --checkpoint checkpoints/distill_block --ar-checkpoint checkpoints/ar_vla \
 		--data runs/serve-bench/data --out runs/serve-bench --requests $(SERVE_REQUESTS) --seconds $(SERVE_SECONDS)
 
 # Ray executor vs the process pool on a 200-scene generation (50 per family, 2 workers; fresh folders each time).

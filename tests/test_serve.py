@@ -204,14 +204,14 @@ def test_bad_input_never_kills_the_server_and_a_model_failure_is_one_5xx(fake_se
 
 
 # -- the real model: same plans as in process -------------------------------------------------------------------------
-SERVED = CHECKPOINTS / "block32_more"
-IN_PROCESS = f"model:{SERVED},mode=block,fmt=fixed1"
+SERVED = CHECKPOINTS / "distill_block"
+IN_PROCESS = f"model:{SERVED},mode=block"  # its answer format (delta) is recorded in the checkpoint
 
 
 def _engine(max_batch: int):
     from wamdiff.serve.engine import PlannerEngine, ServeSettings
 
-    return PlannerEngine(ServeSettings(SERVED, "block", "fixed1", max_batch=max_batch, max_wait_ms=0))
+    return PlannerEngine(ServeSettings(SERVED, "block", "delta", max_batch=max_batch, max_wait_ms=0))
 
 
 @pytest.fixture(scope="module")
@@ -233,7 +233,7 @@ def test_served_plans_equal_in_process_plans(model_server):
 
     url, engine = model_server
     info = engine.info()
-    assert info["mode"] == "block" and info["block_size"] == 32 and info["threshold"] == 0.9 and info["format"] == "fixed1"
+    assert info["mode"] == "block" and info["block_size"] == 32 and info["threshold"] == 0.9 and info["format"] == "delta"
     scenes = _live_scenes(3)
     served = plan_scenes(make_planner(url), scenes)
     local = plan_scenes(make_planner(f"{IN_PROCESS},batch=1"), scenes)
@@ -292,7 +292,7 @@ def test_an_unreachable_server_is_a_one_line_error_before_anything_runs(tmp_path
 
 @pytest.mark.parametrize("args, words", [
     (["--checkpoint", "/no/such/dir"], "not a model directory"),
-    (["--checkpoint", str(CHECKPOINTS / "ar_sft"), "--mode", "block"], "has no diffusion settings"),
+    (["--checkpoint", str(CHECKPOINTS / "ar_vla"), "--mode", "block"], "has no diffusion settings"),
     (["--checkpoint", str(SERVED), "--max-batch", "0"], "--max-batch"),
 ])
 def test_serve_refuses_bad_settings_in_one_line(args, words):
