@@ -43,8 +43,9 @@ def test_ctrl_c_stops_workers_and_the_rerun_completes_the_set(tmp_path):
     src = str(Path(__file__).parents[1] / "src")  # this checkout's code, as the in-process runs use
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")])),
            "OMP_NUM_THREADS": "1", "SDL_VIDEODRIVER": "offscreen"}
-    # its own process group, like a shell job: Ctrl-C is SIGINT to every process of the group
-    proc = subprocess.Popen([sys.executable, "-m", "wamdiff.cli", *args, "--n", "400"], env=env, start_new_session=True,
+    # its own process group, like a shell job: Ctrl-C is SIGINT to every process of the group; far more scenes than
+    # it can make before the interrupt even on a loaded machine (400 were all made once, with two trainings beside)
+    proc = subprocess.Popen([sys.executable, "-m", "wamdiff.cli", *args, "--n", "20000"], env=env, start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         _wait_for(lambda: len(list((out / "scenes").glob("*.npz"))) >= 3 if (out / "scenes").is_dir() else False,
