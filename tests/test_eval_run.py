@@ -251,3 +251,17 @@ def test_two_runs_final_checkpoints_get_their_own_result_files():
                      "model:runs/d/ckpt/ar_sft/final,mode=ar": "model_ar_sft_final_mode-ar", "expert": "expert"}
     with pytest.raises(UserError, match="same result files"):
         planner_files(["model:one/student,mode=ar", "model:two/student,mode=ar"])
+
+
+def test_scenes_behind_a_symlinked_folder_are_found(tmp_path):
+    """`--data runs/default/data` whose scenes/ is a symlink to shared scenes (the pipeline's other answer formats)
+    found no scene: Path.rglob does not enter symlinked folders."""
+    from wamdiff.eval.data import load_scenes
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    straight_road_scene(scene_id="a").save(shared / "a.npz")
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "scenes").symlink_to(shared)
+    scenes, problems = load_scenes(tmp_path / "data")
+    assert [s.scene_id for s in scenes] == ["a"] and not problems

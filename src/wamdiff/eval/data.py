@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 
@@ -11,7 +12,10 @@ def find_scene_files(data: str | Path) -> list[Path]:
         return [root]
     if not root.exists():
         raise ValueError(f"{root}: no such scene directory")
-    return sorted(p for p in root.rglob("*.npz") if not p.name.endswith(".tmp.npz"))
+    # os.walk with followlinks: a dataset's scenes/ may be a symlink to shared scenes (the pipeline's other answer
+    # formats), which Path.rglob does not enter
+    return sorted(Path(d) / f for d, _, files in os.walk(root, followlinks=True)
+                  for f in files if f.endswith(".npz") and not f.endswith(".tmp.npz"))
 
 
 def load_scenes(data: str | Path, split: str | None = None, families: list[str] | None = None, limit: int | None = None,
