@@ -35,7 +35,7 @@ def stage_open(p, variant: str | None = None) -> dict:
     if not scenes:
         raise ValueError(f"{data / 'scenes'}: no test scenes to evaluate")
     settings = OpenLoopSettings(pdms=PDMSConfig(reference_cache=str(out / "reference_cache")),
-                                plots=int(ev_cfg.get("bev_plots", 4)),
+                                plots=int(ev_cfg.get("bev_plots", 4)), executor=_executor(p),
                                 speed=SpeedProbe.from_dict(ev_cfg.get("speed", {})))  # the tables' speed columns
     return {"planners": evaluate_open(p.planners(), scenes, out, settings, unreadable=problems),
             "unreadable_scene_files": problems}
@@ -50,7 +50,16 @@ def stage_closed(p) -> dict:
     routes = route_set(cl.get("routes", "dev"), per_family=cl.get("per_family"))[: cl.get("limit")]
     n_model = int(cl.get("model_routes", len(routes)))
     return {"planners": evaluate_closed(p.planners(), routes, p.out / "eval", model_routes=n_model,
-                                        route_set=cl.get("routes", "dev"))}
+                                        route_set=cl.get("routes", "dev"), executor=_executor(p))}
+
+
+def _executor(p):
+    """`evaluate.workers` > 1: PDMS scoring and closed-loop route shards in that many processes (the results equal
+    one process's, `eval.fanout`); model planning of the open-loop scenes stays batched in this process."""
+    from wamdiff.executors import ExecutorConfig
+
+    workers = int(p.cfg["evaluate"].get("workers", 1))
+    return ExecutorConfig(workers=workers) if workers > 1 else None
 
 
 def stage_qa(p) -> dict:
