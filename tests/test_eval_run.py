@@ -82,12 +82,12 @@ def test_bad_planner_names_are_rejected(text):
 
 
 def test_cli_rejects_a_bad_option_with_one_line_and_exit_2(scene_dir, tmp_path):
-    out = subprocess.run([sys.executable, "-m", "wamdiff.cli", "eval", "pdms", "-p", "model:checkpoints/ar_sft,mode=foo",
+    out = subprocess.run([sys.executable, "-m", "wamdiff.cli", "eval", "pdms", "-p", "model:checkpoints/ar_vla,mode=foo",
                           "--data", str(scene_dir), "--out", str(tmp_path / "o")],
                          capture_output=True, text=True, timeout=300, cwd=REPO)
     lines = (out.stdout + out.stderr).strip().splitlines()
     assert out.returncode == 2 and len(lines) == 1, out.stdout + out.stderr
-    assert "mode" in lines[0] and "model:checkpoints/ar_sft,mode=foo" in lines[0]
+    assert "mode" in lines[0] and "model:checkpoints/ar_vla,mode=foo" in lines[0]
     assert not (tmp_path / "o").exists()  # nothing was planned or written
 
 
