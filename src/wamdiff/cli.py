@@ -8,6 +8,7 @@ line and exit code 2; `--debug` shows the traceback).
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 import typer
@@ -21,9 +22,14 @@ class _PolicyGroup(TyperGroup):
     def main(self, args=None, prog_name=None, standalone_mode=True, **extra):
         if not standalone_mode:
             return super().main(args, prog_name, standalone_mode=False, **extra)
-        from wamdiff.errors import run_cli
+        from wamdiff.errors import INTERRUPTED_EXIT, run_cli
 
-        sys.exit(run_cli(lambda **kw: super(_PolicyGroup, self).main(**kw, **extra), args, "wamdiff"))
+        code = run_cli(lambda **kw: super(_PolicyGroup, self).main(**kw, **extra), args, "wamdiff")
+        if code == INTERRUPTED_EXIT:  # the one line is out and the work's own cleanup ran: skip interpreter exit,
+            sys.stdout.flush()      # whose joins of pool feeder / manager threads can wait for ever after Ctrl-C
+            sys.stderr.flush()
+            os._exit(code)
+        sys.exit(code)
 
 
 app = typer.Typer(help="wamdiff: AR driving VLA -> fast block-causal diffusion (data, train, eval, bench, demo).", no_args_is_help=True,
