@@ -181,8 +181,9 @@ def plot_quality_rows(rows: list[dict], results: dict, path: Path) -> Path | Non
 
     def bars(ax, values, cis, title, scale=1.0):
         v = [np.nan if x is None else x for x in values]
-        err = [[(vi - lo * scale) if ci else 0 for vi, ci, (lo, _) in zip(v, cis, [c or (0, 0) for c in cis])],
-               [(hi * scale - vi) if ci else 0 for vi, ci, (_, hi) in zip(v, cis, [c or (0, 0) for c in cis])]]
+        # clipped at 0: a Wilson interval at 0 % / 100 % ends at the value itself, give or take a rounding error
+        err = [[max(0.0, vi - lo * scale) if ci else 0 for vi, ci, (lo, _) in zip(v, cis, [c or (0, 0) for c in cis])],
+               [max(0.0, hi * scale - vi) if ci else 0 for vi, ci, (_, hi) in zip(v, cis, [c or (0, 0) for c in cis])]]
         ax.barh(y, v, xerr=err, color="tab:blue", alpha=0.7, capsize=2)
         ax.set_title(title, fontsize=9)
         ax.grid(axis="x", alpha=0.3)
