@@ -45,8 +45,11 @@ def test_ctrl_c_stops_workers_and_the_rerun_completes_the_set(tmp_path):
            "OMP_NUM_THREADS": "1", "SDL_VIDEODRIVER": "offscreen"}
     # its own process group, like a shell job: Ctrl-C is SIGINT to every process of the group; far more scenes than
     # it can make before the interrupt even on a loaded machine (400 were all made once, with two trainings beside)
+    # SIGINT back to its default in the child: a test run started in the background (`make test &`) ignores SIGINT and
+    # the child would inherit that, finishing all its scenes instead of stopping (what a shell job does too)
     proc = subprocess.Popen([sys.executable, "-m", "wamdiff.cli", *args, "--n", "20000"], env=env, start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         _wait_for(lambda: len(list((out / "scenes").glob("*.npz"))) >= 3 if (out / "scenes").is_dir() else False,
                   "the first scenes")
