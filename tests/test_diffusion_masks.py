@@ -60,7 +60,8 @@ def test_training_mask_matches_brute_force(data, n, B):
 @settings(max_examples=30, deadline=None)
 @given(st.integers(1, 3), st.integers(0, 7), st.integers(1, 4), st.integers(1, 3), st.data())
 def test_decode_block_mask_matches_rule(n, c, block_len, n_blocks, data):
-    valid = torch.tensor(data.draw(st.lists(st.lists(st.booleans(), min_size=c, max_size=c), min_size=n, max_size=n)), dtype=torch.bool).reshape(n, c)
+    rows = data.draw(st.lists(st.lists(st.booleans(), min_size=c, max_size=c), min_size=n, max_size=n))
+    valid = torch.tensor(rows, dtype=torch.bool).reshape(n, c)
     dense = M.decode_block_mask_dense(valid, block_len, n_blocks)
     q = block_len * n_blocks
     assert dense.shape == (n, q, c + q)

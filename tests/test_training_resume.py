@@ -52,7 +52,8 @@ def test_resume_after_kill_equals_uninterrupted_run(tmp_path):
 def test_resume_without_checkpoint_starts_fresh(tmp_path):
     data = make_data(tmp_path / "data", n_train=4)
     with one_thread():
-        r = train(tiny_recipe(data, tmp_path / "fresh", "ar_sft", optim={"steps": 2}, eval={"at_start": False, "at_end": False}), resume=True)
+        recipe = tiny_recipe(data, tmp_path / "fresh", "ar_sft", optim={"steps": 2}, eval={"at_start": False, "at_end": False})
+        r = train(recipe, resume=True)
     assert r.metrics["steps"] == 2 and "resumed_from" not in r.metrics
     assert torch.isfinite(torch.tensor(r.metrics["final_train_loss"]))
 
