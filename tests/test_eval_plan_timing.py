@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from wamdiff.decoding.config import Generation
@@ -56,17 +58,25 @@ def test_speed_of_generations_is_the_one_definition():
 def test_report_speed_columns_use_the_plan_timings_at_batch_1():
     from wamdiff.report import table_rows
 
-    class P:
+    class P:  # two AR rows: "× AR" divides by the one the bench compares (`bench.ar`), not by the first
+        cfg = {"bench": {"ar": "ar_vla"}}
+
         @staticmethod
         def planners():
-            return {"cv": PlannerSpec.parse("cv"), "AR VLA": PlannerSpec.parse("model:a,mode=ar"),
-                    "diff": PlannerSpec.parse("model:b,block=32")}
+            return {"cv": PlannerSpec.parse("cv"), "AR before": PlannerSpec.parse("model:ar_sft,mode=ar"),
+                    "AR VLA": PlannerSpec.parse("model:ar_vla,mode=ar"), "diff": PlannerSpec.parse("model:b,block=32")}
+
+        @staticmethod
+        def checkpoint(stage):
+            return Path(stage)
 
     def speed(latency_ms, b8):
         return {"1": Speed(1, 4, 448, 448 // 7, 4 * latency_ms / 1e3).as_dict(), "8": Speed(8, 8, 896, 100, b8).as_dict()}
 
-    results = {"open": {"planners": {"cv": {}, "AR VLA": {"speed": speed(200, 1.0)}, "diff": {"speed": speed(50, 2.0)}}}}
+    results = {"open": {"planners": {"cv": {}, "AR before": {"speed": speed(100, 1.0)}, "AR VLA": {"speed": speed(200, 1.0)},
+                                     "diff": {"speed": speed(50, 2.0)}}}}
     rows = {r["planner"]: r for r in table_rows(P, results)}
+    assert rows["AR before"]["x_ar_b1"] == pytest.approx(2.0)
     assert rows["diff"]["ms_plan_b1"] == pytest.approx(50) and rows["diff"]["x_ar_b1"] == pytest.approx(4.0)
     assert rows["AR VLA"]["x_ar_b1"] == pytest.approx(1.0) and rows["diff"]["plans_s_b8"] == pytest.approx(4.0)
     assert rows["diff"]["plans_s_b32"] is None and rows["cv"]["x_ar_b1"] is None and rows["cv"]["tok_s_b1"] is None

@@ -27,6 +27,7 @@ def test_trained_model_records_camera_and_format(tmp_path):
     text = f"model:{final}"
     spec = parse_specs([text])[text]
     assert spec.fmt == "delta"  # from the checkpoint: no fmt= in the spec
+    assert spec.decode.mode == "ar"  # an AR SFT checkpoint saved no diffusion settings: no mode=ar needed
     assert make_planner(spec).camera == CameraConfig(look_ahead=5.0, route=True)
 
 
@@ -41,3 +42,16 @@ def test_checkpoint_without_records_uses_the_legacy_camera_and_text2(tmp_path):
     spec = parse_specs([text])[text]
     assert spec.fmt == "text2"
     assert make_planner(spec).camera == LEGACY_CAMERA
+
+
+def test_decoding_mode_follows_the_checkpoints_diffusion_settings(tmp_path):
+    from wamdiff.models import build_model, build_tokenizer, save_model
+
+    tok = build_tokenizer()
+    ar = save_model(build_model("tiny", tok, seed=0), tok, tmp_path / "ar")
+    student = save_model(build_model("tiny", tok, seed=0), tok, tmp_path / "student")
+    config = json.loads((student / "config.json").read_text())
+    config["diffusion"] = {"block_size": 8, "mask_token_id": tok.mask_token_id}
+    (student / "config.json").write_text(json.dumps(config))
+    specs = parse_specs([f"model:{ar}", f"model:{student}", f"model:{ar},block=4", f"model:{student},mode=ar"])
+    assert [s.decode.mode for s in specs.values()] == ["ar", "block", "block", "ar"]  # asked-for options win

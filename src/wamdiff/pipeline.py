@@ -116,10 +116,12 @@ class Pipeline:
         if stage in train:
             kind = (train[stage].get("set") or {}).get("kind") or read_recipe_yaml(train[stage]["recipe"]).get("kind")
             return RecipeKind(kind or RecipeKind.AR_SFT).diffusion
+        from wamdiff.eval.specs import recorded_decoding_mode  # noqa: PLC0415
+
         config = self.checkpoint(stage) / "config.json"
         if not config.is_file():
             raise ValueError(f"{self.config_path}: stage {stage!r} is neither a training stage nor a checkpoint ({config})")
-        return "diffusion" in json.loads(config.read_text())
+        return recorded_decoding_mode(self.checkpoint(stage)) == "block"
 
 
 def _read_config(path: Path) -> dict:

@@ -34,7 +34,8 @@ COLUMNS = [  # (key, header, format)
 SPEED_NOTE = ("speed from the evaluation's plan timings (`eval.plan_timing`: each model planner decodes the same test "
               "scenes at batch 1, 8 and 32, planners interleaved; `generate` time only, as in `wamdiff bench`): "
               "ms/plan b1 = ms per trajectory at batch 1, plans/s at each batch, tok/s and TPF at batch 1, "
-              "× AR b1 = plans/s ratio to the AR VLA at batch 1 (the definition of the README's headline)")
+              "× AR b1 = plans/s ratio at batch 1 to the AR VLA the students are converted from (`bench.ar`; "
+              "the definition of the README's headline)")
 
 
 def _get(d: dict | None, *keys):
@@ -45,13 +46,22 @@ def _get(d: dict | None, *keys):
     return d
 
 
+def _speed_reference(p, specs: dict) -> str | None:
+    """The row "× AR" divides by: the AR VLA the students are converted from (`bench.ar`, the bench's AR side),
+    else the first AR model row."""
+    ar_rows = [n for n, s in specs.items() if s.kind == "model" and s.decode.mode == "ar"]
+    stage = (p.cfg.get("bench") or {}).get("ar")
+    source = next((n for n in ar_rows if stage and specs[n].checkpoint == p.checkpoint(stage)), None)
+    return source or next(iter(ar_rows), None)
+
+
 def table_rows(p, results: dict) -> list[dict]:
     """One dict per planner with the COLUMNS keys (None where a figure does not apply)."""
     open_ = _get(results, "open", "planners") or {}
     closed = _get(results, "closed", "planners") or {}
     qa_res = _get(results, "qa", "planners") or {}
     specs = p.planners()
-    ar_name = next((n for n, s in specs.items() if s.kind == "model" and s.decode.mode == "ar"), None)
+    ar_name = _speed_reference(p, specs)
     ar_b1 = _get(open_, ar_name, "speed", "1") if ar_name else None
     rows = []
     for name, spec in specs.items():

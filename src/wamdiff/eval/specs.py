@@ -81,6 +81,7 @@ class PlannerSpec:
         if fmt not in FORMATS:
             raise ValueError(f"{where}: option fmt={fmt!r} is not one of {FORMATS}")
         batch, fallback = _batch_and_fallback(opts, where)
+        opts.setdefault("mode", "block" if "block" in opts else recorded_decoding_mode(checkpoint))
         decode = DecodeConfig.from_options(opts, where)
         return cls("model", text, Path(checkpoint), decode, fmt, batch, fallback)
 
@@ -128,13 +129,22 @@ def parse_specs(texts: list[str]) -> dict[str, PlannerSpec]:
     return {text: PlannerSpec.parse(text) for text in texts}
 
 
+def _recorded_config(checkpoint: str | Path) -> dict:
+    import json
+
+    try:
+        return json.loads((Path(checkpoint) / "config.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
 def recorded_answer_format(checkpoint: str | Path) -> str | None:
     """The answer format a checkpoint was trained on (`config.json` key `wamdiff_answer_format`, written by the
     trainer from the dataset's manifest), so a spec needs no `fmt=` for the world's own models."""
-    import json
+    return _recorded_config(checkpoint).get("wamdiff_answer_format")
 
-    config = Path(checkpoint) / "config.json"
-    try:
-        return json.loads(config.read_text()).get("wamdiff_answer_format")
-    except (OSError, ValueError):
-        return None
+
+def recorded_decoding_mode(checkpoint: str | Path) -> str:
+    """"block" for a checkpoint that saved diffusion settings (`config.json` key `diffusion`, written by diffusion
+    training), else "ar": a spec needs no `mode=ar` for an AR VLA."""
+    return "block" if "diffusion" in _recorded_config(checkpoint) else "ar"

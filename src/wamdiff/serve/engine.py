@@ -8,7 +8,7 @@ cannot decode in the asked mode fails at start (one line, exit 2) instead of on 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from wamdiff.errors import UserError
@@ -42,18 +42,16 @@ class PlannerEngine:
             torch.set_num_threads(int(settings.threads))
         if settings.mode not in (None, "ar", "block"):
             raise UserError(f"--mode {settings.mode!r}: use ar or block")
-        options = {**settings.decode, "batch": settings.max_batch, **({"fmt": settings.fmt} if settings.fmt else {})}
-        spec = PlannerSpec.model(settings.checkpoint, {**options, "mode": settings.mode or "block"},
-                                 text=f"model:{settings.checkpoint}")
+        options = {**settings.decode, "batch": settings.max_batch, **({"fmt": settings.fmt} if settings.fmt else {}),
+                   **({"mode": settings.mode} if settings.mode else {})}  # no --mode: the checkpoint's own
+        spec = PlannerSpec.model(settings.checkpoint, options, text=f"model:{settings.checkpoint}")
         try:
             self.planner = ModelPlanner(spec)
         except ValueError as err:
             raise UserError(f"--checkpoint {settings.checkpoint}: {err}") from None
         self.planner.prepare()
         self.block_size = self._block_size()
-        if settings.mode is None and self.block_size is None:  # an AR checkpoint: decode it as one
-            self.planner.spec = replace(spec, decode=replace(spec.decode, mode="ar"))
-        elif settings.mode == "block" and self.block_size is None:
+        if settings.mode == "block" and self.block_size is None:
             raise UserError(f"--mode block: {settings.checkpoint} has no diffusion settings (an AR checkpoint); "
                             "serve it with --mode ar or convert it with `wamdiff model convert`")
         self.camera = self.planner.camera
