@@ -210,3 +210,19 @@ def test_continuous_actions_no_longer_crash_highway_env():
         for _ in range(2):
             obs, reward, terminated, truncated, info = env.step(np.array([0.1, 0.0], np.float32))
         assert np.isfinite(reward)
+
+
+def test_t0_spread_moves_scenes_along_the_route_and_keeps_the_seeds_traffic():
+    from wamdiff.driving.world import WorldConfig, start_time
+
+    config = WorldConfig.for_family("roundabout", t0_spread_s=12.0)
+    starts = [start_time(config, seed) for seed in range(40)]
+    assert all(config.warmup_s <= t <= config.warmup_s + 12.0 for t in starts)
+    assert max(starts) - min(starts) > 6.0 and start_time(config, 3) == start_time(config, 3)
+    assert start_time(WorldConfig.for_family("roundabout"), 3) == config.warmup_s  # no spread: the old t0
+    seed = int(np.argmax(starts))
+    plain, spread = make_world("roundabout", seed), make_world("roundabout", seed, t0_spread_s=12.0)
+    assert spread._log[0][0] == pytest.approx(-starts[seed])  # the ego history reaches back to its own start
+    # the expert drove the extra seconds: the same route, further along (into or past the ring)
+    assert np.allclose(plain.route_centerline_world, spread.route_centerline_world)
+    assert route_progress(spread) > route_progress(plain) + 20.0

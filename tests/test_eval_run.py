@@ -265,3 +265,13 @@ def test_scenes_behind_a_symlinked_folder_are_found(tmp_path):
     (tmp_path / "data" / "scenes").symlink_to(shared)
     scenes, problems = load_scenes(tmp_path / "data")
     assert [s.scene_id for s in scenes] == ["a"] and not problems
+
+
+def test_closed_loop_per_family_keeps_the_first_routes_of_each_family(tmp_path):
+    from wamdiff.eval.cli import app
+
+    res = CliRunner().invoke(app, ["closedloop", "-p", "cv", "--routes", "full", "--per-family", "1", "--families",
+                                   "highway,merge", "--out", str(tmp_path), "--strips", "0"])
+    assert res.exit_code == 0, res.output
+    routes = json.loads((tmp_path / "closedloop_summary.json").read_text())["planners"]["cv"]
+    assert routes["overall"]["n"] == 2 and {f: routes["per_family"][f]["n"] for f in ("highway", "merge")} == {"highway": 1, "merge": 1}

@@ -37,3 +37,17 @@ def test_every_stage_reference_names_a_stage_or_a_checkpoint(path):
     for key in ("ar", "diffusion"):
         if key in (cfg.get("bench") or {}):
             assert cfg["bench"][key] in known, f"{path.name}: bench.{key}={cfg['bench'][key]!r}"
+
+
+def test_route_phase_scenes_join_only_the_stages_that_ask_for_them():
+    from wamdiff.pipeline import Pipeline, training_sources
+
+    p = Pipeline.load(ROOT / "configs" / "studies" / "route_phases.yaml")
+    stages = {s["name"]: s for s in p.cfg["train"] if "recipe" in s}
+    paths = {name: {Path(s["path"]).relative_to(p.out).as_posix(): s["weight"] for s in training_sources(p, stages[name])}
+             for name in ("ar_vla", "ar_phases")}
+    assert paths["ar_phases"] == {**paths["ar_vla"], "data_phases/train.json": 1.0}  # the only difference
+    assert paths["ar_vla"]["data/train.json"] == 1.0 and "data/agg.json" in paths["ar_vla"]
+    del p.cfg["data"]["phases"]
+    with pytest.raises(ValueError, match="needs data.phases"):
+        training_sources(p, stages["ar_phases"])

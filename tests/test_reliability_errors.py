@@ -178,6 +178,7 @@ _CASES = [
     (["eval", "pdms", "-p", "cv", "--data", "{missing}", "--out", "{out}"], "--batch", 1),
     (["eval", "openloop", "-p", "cv", "--data", "{missing}", "--out", "{out}"], "--limit", 1),
     (["eval", "closedloop", "-p", "cv", "--routes", "no-such-set", "--out", "{out}"], "--strips", 0),
+    (["eval", "closedloop", "-p", "cv", "--routes", "no-such-set", "--out", "{out}"], "--per-family", 1),
     (["eval", "bench", "--data", "{missing}"], "--n", 1),
     (["bench", "--checkpoint", "{missing}", "--out", "{out}"], "--n-prompts", 1),
     (["bench", "--checkpoint", "{missing}", "--out", "{out}"], "--repeats", 1),

@@ -70,6 +70,12 @@ class Pipeline:
             raise ValueError(f"{self.config_path}: answer format {fmt!r} is neither data.fmt nor in data.formats")
         return self.out / f"data_{fmt}"
 
+    @property
+    def phases_dir(self) -> Path:
+        """Training scenes spread along the routes (`data.phases`: t0 anywhere in the first `t0_spread_s` seconds,
+        so inside junctions and after them); a stage mixes them in with `phases: w`."""
+        return self.out / "data_phases"
+
     def variant_dir(self, name: str) -> Path:
         """Test scenes of an unseen traffic variant (`data.variants.<name>`: world settings other than training's)."""
         return self.out / f"data_variant_{name}"
@@ -188,7 +194,8 @@ def _log(p: Pipeline, line: str) -> None:
 # ------------------------------------------------------------------------------------------ stages
 def stage_data(p: Pipeline, splits: tuple[str, ...] = ("train", "val", "test")) -> dict:
     """The dataset in `data.fmt`; the same scenes in each of `data.formats` (`format_dir`); for each of
-    `data.variants` a test split simulated with other world settings (`variant_dir`)."""
+    `data.variants` a test split simulated with other world settings (`variant_dir`); with `data.phases` training
+    scenes spread along the routes (`phases_dir`)."""
     import os
     import shutil
 
@@ -209,6 +216,10 @@ def stage_data(p: Pipeline, splits: tuple[str, ...] = ("train", "val", "test")) 
             shutil.copyfile(drops, other / drops.name)
         for split in splits:  # every scene is there already: this writes the answer files in `fmt`
             generate_dataset(other, split=split, n=int(d["per_family"][split]), fmt=fmt, progress=False, **common)
+    if d.get("phases") and "train" in splits:
+        phases = dict(d["phases"])
+        stats["phases"] = generate_dataset(p.phases_dir, split="train", n=int(phases.pop("per_family")),
+                                           fmt=d.get("fmt", "text2"), **common, **phases)
     for name, world in (d.get("variants") or {}).items():
         n = int(world.get("per_family", d["per_family"]["test"]))
         cfg = {k: v for k, v in world.items() if k != "per_family"}
@@ -230,11 +241,9 @@ def stage_aggregate(p: Pipeline, spec: dict) -> dict:
     return {"labelled": entry["labelled"], "families": entry["families"]}
 
 
-def stage_train(p: Pipeline, spec: dict) -> dict:
-    from wamdiff.training.trainer import train
-
-    name = spec["name"]
-    out_dir = p.out / "ckpt" / name
+def training_sources(p: Pipeline, spec: dict) -> list[dict]:
+    """A training stage's data mixture (`data.train` of its recipe): the expert scenes at weight 1, QA pairs at
+    `data.qa_weight`, the aggregation rounds' on-policy scenes at `agg`, scenes along the routes at `phases`."""
     data = p.format_dir(spec.get("fmt"))
     qa_weight = float(p.cfg["data"].get("qa_weight", 0.0))
     sources = [{"path": str(data / "train.json"), "weight": 1.0}]
@@ -242,12 +251,26 @@ def stage_train(p: Pipeline, spec: dict) -> dict:
         sources.append({"path": str(data / "train_qa.json"), "weight": qa_weight})
     if spec.get("agg"):  # on-policy scenes of the aggregation rounds so far, at this share of the driving data
         sources.append({"path": str(data / "agg.json"), "weight": float(spec["agg"])})
+    if spec.get("phases"):  # scenes from every phase of the routes (`data.phases`), at this share
+        if data != p.data_dir or not p.cfg["data"].get("phases"):
+            raise ValueError(f"{p.config_path}: stage {spec['name']!r}: `phases` needs data.phases and the main "
+                             "answer format")
+        sources.append({"path": str(p.phases_dir / "train.json"), "weight": float(spec["phases"])})
+    return sources
+
+
+def stage_train(p: Pipeline, spec: dict) -> dict:
+    from wamdiff.training.trainer import train
+
+    name = spec["name"]
+    out_dir = p.out / "ckpt" / name
+    data = p.format_dir(spec.get("fmt"))
     overrides = {
         "name": name,
         "output_dir": str(out_dir),
         "seed": int(p.cfg.get("seed", 0)),
         "threads": p.cfg.get("threads"),
-        "data.train": sources,
+        "data.train": training_sources(p, spec),
         "data.val": str(data / "val.json"),
         "eval.qa.path": str(data / "val_qa.json"),
     }

@@ -40,6 +40,8 @@ def generate(
     fmt: str = typer.Option("text2", help="Answer format: text2 | text1 | fixed1 | fixed2 | bins."),
     density: float = typer.Option(1.0, help="Traffic density multiplier."),
     speed_scale: float = typer.Option(1.0, help="Multiplies desired speeds."),
+    t0_spread: float = typer.Option(0.0, "--t0-spread", min=0.0,
+                                    help="Seconds each scene's t0 is spread over along its route (0 = at the route's start)."),
     image_size: int = typer.Option(CameraConfig.size, min=8, help="Camera image side (pixels)."),
     pixels_per_meter: float = typer.Option(CameraConfig.pixels_per_meter, help="Camera scale."),
     look_ahead: float = typer.Option(CameraConfig.look_ahead, help="Metres the camera centre lies ahead of the ego (0 = ego-centred)."),
@@ -56,7 +58,8 @@ def generate(
     stats = generate_dataset(out, fams, split, n, workers, fmt,
                              camera={"size": image_size, "pixels_per_meter": pixels_per_meter, "look_ahead": look_ahead,
                                      "route": route},
-                             executor=ExecutorConfig(executor, workers, ray_address), density=density, speed_scale=speed_scale)
+                             executor=ExecutorConfig(executor, workers, ray_address), density=density, speed_scale=speed_scale,
+                             t0_spread_s=t0_spread)
     manifest = json.loads((out / "manifest.json").read_text())["splits"][split]
     table = Table(title=f"{split}: {manifest['total']} scenes in {out}")
     for col in ("family", "kept", "attempted", "drop rate", "comfort pass", "drop reasons", "commands"):

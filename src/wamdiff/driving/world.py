@@ -56,6 +56,9 @@ class WorldConfig:
     traffic_speed: tuple[float, float] | None = None  # range of traffic desired speeds [m/s]
     lane_change_prob: float | None = None  # chance the route asks for a lane change (highway, merge)
     warmup_s: float = 2.0  # simulated before t0 (>= 1.5 s so the ego history exists)
+    # data: t0 drawn per seed in [warmup_s, warmup_s + t0_spread_s] (the expert drives until then), so scenes
+    # cover every phase of a route (inside the ring, through the turn, after it), not only its approach
+    t0_spread_s: float = 0.0
     route_length: float = 250.0  # m of route ahead of the ego's start (closed loop ends there)
     cull_distance: float = 160.0  # traffic further than this from the ego is removed (speed)
 
@@ -609,10 +612,19 @@ def make_world(family: str, seed: int, **cfg) -> World:
     """A warmed-up world: built from `seed`, then `warmup_s` simulated with the expert driving."""
     config = WorldConfig.for_family(family, **cfg)
     world = World(family, seed, config)
-    world.run(config.warmup_s)
+    warmup = start_time(config, seed)
+    world.run(warmup)
     world.time = 0.0  # t0 is now; the log keeps negative times
-    world._log = [np.concatenate([[row[0] - config.warmup_s], row[1:]]) for row in world._log]
+    world._log = [np.concatenate([[row[0] - warmup], row[1:]]) for row in world._log]
     return world
+
+
+def start_time(config: WorldConfig, seed: int) -> float:
+    """Seconds simulated before t0: `warmup_s`, plus a share of `t0_spread_s` drawn from the seed alone (its own
+    generator: the traffic a seed builds does not change with the spread)."""
+    if config.t0_spread_s <= 0:
+        return config.warmup_s
+    return config.warmup_s + config.t0_spread_s * float(np.random.default_rng([seed, 0x7105]).uniform())
 
 
 def route_progress(world: World) -> float:

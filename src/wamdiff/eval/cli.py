@@ -146,6 +146,8 @@ def closedloop(
     routes: str = typer.Option("dev", help="Route set: dev (10 routes) or full."),
     out: str = typer.Option("runs/eval/closedloop", help="Results directory."),
     families: str = typer.Option(None, help="Comma-separated families (default: all)."),
+    per_family: int = typer.Option(None, "--per-family", min=1,
+                                   help="Only the first N routes of each family (e.g. --routes full --per-family 10: 40 routes)."),
     strips: int = typer.Option(2, min=0, help="Frame strips for this many routes per planner."),
     batch: int = typer.Option(0, min=0, help="Routes driven in lockstep, their replans batched into one planner call "
                                       "(0: all routes of the set)."),
@@ -166,9 +168,9 @@ def closedloop(
     specs = _specs(planner)
     fams = [f.strip() for f in families.split(",")] if families else None
     try:
-        rset = route_set(routes, fams)
+        rset = route_set(routes, fams, per_family)
     except ValueError as err:
-        raise UserError(f"--routes/--families: {err}") from None
+        raise UserError(f"--routes/--families/--per-family: {err}") from None
     claim_for_command(out)  # writable and ours before any driving
     results = evaluate_closed(specs, rset, out, record_frames=strips, batch=batch or None, route_set=routes, console=console,
                               executor=fan_out)
