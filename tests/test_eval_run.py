@@ -230,7 +230,7 @@ def test_pipeline_specs_are_typed_and_checked_at_load(tmp_path):
     specs = Pipeline.load(tmp_path / "p.yaml").planners()
     capped = specs["B32, <= 4 steps"]
     assert capped.checkpoint == ckpt and capped.fmt == "fixed1" and capped.batch == 16
-    assert capped.decode == replace(PlannerSpec.parse("model:x").decode, block_size=32, max_steps_per_block=4,
+    assert capped.decode == replace(PlannerSpec.parse("model:x").decode, mode="block", block_size=32, max_steps_per_block=4,
                                     delayed_cache=True)
     assert specs["AR"].decode.mode == "ar"  # decided by the checkpoint (no saved diffusion settings), not its name
     assert make_planner(specs["cv"]).name == "cv"
