@@ -336,16 +336,20 @@ def export_checkpoints(config: str | Path, dest: str | Path, stages: list[str]) 
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
     record = {"config": str(p.config_path), "config_text": p.config_path.read_text(), **provenance(), "stages": {}}
+    finished = 0.0
     for stage in stages:
         src = p.checkpoint(stage)
         model, tok = load_model(src)
         save_model(model.to(torch.bfloat16), tok, dest / stage)  # with src's image processor (image_processor_for)
         f = p.stage_file(stage)
         record["stages"][stage] = json.loads(f.read_text()) if f.exists() else {}
+        finished = max(finished, f.stat().st_mtime if f.exists() else 0.0)
     write_json(dest / "PROVENANCE.json", record)
-    summary = p.out / "report" / "summary.csv"
-    if summary.exists():
-        shutil.copyfile(summary, dest / "pipeline_summary.csv")
+    summary, shipped = p.out / "report" / "summary.csv", dest / "pipeline_summary.csv"
+    if summary.exists() and summary.stat().st_mtime >= finished:
+        shutil.copyfile(summary, shipped)
+    else:  # a report older than a stage describes other checkpoints: ship none rather than a wrong one
+        shipped.unlink(missing_ok=True)
     return dest
 
 

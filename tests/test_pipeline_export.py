@@ -1,0 +1,33 @@
+"""`wamdiff pipeline --export`: bf16 copies with provenance, and the pipeline's table only when it describes them."""
+
+import json
+import os
+
+import yaml
+
+from wamdiff.models import build_model, build_tokenizer, save_model
+from wamdiff.pipeline import export_checkpoints
+
+
+def test_export_ships_the_report_table_only_if_written_after_every_exported_stage(tmp_path):
+    tok = build_tokenizer()
+    ckpt = save_model(build_model("tiny", tok, seed=0), tok, tmp_path / "student")
+    out = tmp_path / "run"
+    (out / "stages").mkdir(parents=True)
+    (out / "report").mkdir()
+    stage_file, summary = out / "stages" / "student.json", out / "report" / "summary.csv"
+    stage_file.write_text(json.dumps({"steps": 3}))
+    summary.write_text("planner,pdms\nstudent,90.0\n")
+    config = tmp_path / "p.yaml"
+    config.write_text(yaml.safe_dump({"out": str(out), "data": {"fmt": "delta"}, "checkpoints": {"student": str(ckpt)}}))
+
+    os.utime(summary, (1e9, 2e9))  # the table is newer than the stage: it is the table of these checkpoints
+    os.utime(stage_file, (1e9, 1e9))
+    dest = export_checkpoints(config, tmp_path / "ship", ["student"])
+    assert json.loads((dest / "PROVENANCE.json").read_text())["stages"]["student"] == {"steps": 3}
+    assert (dest / "pipeline_summary.csv").read_text() == summary.read_text()
+    assert json.loads((dest / "student" / "config.json").read_text())["dtype"] == "bfloat16"
+
+    os.utime(stage_file, (1e9, 3e9))  # the stage was replaced after the report: that table is of other weights
+    export_checkpoints(config, dest, ["student"])
+    assert not (dest / "pipeline_summary.csv").exists()
