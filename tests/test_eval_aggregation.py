@@ -71,3 +71,43 @@ def test_rounds_use_their_own_route_seeds():
     r0, r1 = AggregationRound(0, 25).routes(), AggregationRound(1, 25).routes()
     assert not eval_seeds & {r.seed for r in r0} and not {r.seed for r in r0} & {r.seed for r in r1}
     assert all(isinstance(r, Route) for r in r0)
+
+
+def test_an_ego_drifted_onto_a_road_off_its_route_is_steered_back_to_the_route():
+    """Recovery labels: from 4 m left of its lane (on the oncoming lane, a road the route does not take) the
+    expert, handed the ego, rejoins the route's lane instead of following the road the ego drifted onto."""
+    from wamdiff.driving.world import make_world
+
+    world = make_world("intersection", SETTINGS.routes()[1].seed)
+    x, y, h = world.ego_pose()
+    world.set_ego_state(x - 4.0 * np.sin(h), y + 4.0 * np.cos(h), h, float(world.ego.speed))
+    world.step()
+    route_roads = {li[:2] for li in world.plan.lanes}
+    assert world.ego.lane_index[:2] not in route_roads and abs(world.route_offset() - 4.0) < 0.1
+    world.autopilot()
+    world.run(3.0)
+    assert not world.ego.crashed
+    assert world.ego.lane_index[:2] in route_roads and abs(world.route_offset()) < 2.0
+
+
+def test_recovery_labelling_is_bounded_by_its_distance():
+    import pytest
+
+    with pytest.raises(ValueError, match="recover_m"):
+        AggregationRound(0, recover_m=-1.0).routes()
+
+
+def test_recovery_labels_the_states_a_drifting_planner_reaches(tmp_path):
+    """Constant velocity drifts off a merge route's lane: on-route labelling skips those states, `recover_m`
+    labels the ones still within reach of the route (and marks them in the scene's meta)."""
+    base = AggregationRound(round=0, routes_per_family=2, label_every=2, families=("merge",))
+    plain = aggregate_round(_spec(), tmp_path / "plain", base, "delta")["families"]["merge"]
+    wide = AggregationRound(round=0, routes_per_family=2, label_every=2, families=("merge",), recover_m=6.0)
+    entry = aggregate_round(_spec(), tmp_path / "wide", wide, "delta")
+    rec = entry["families"]["merge"]
+    assert plain.get("labelled_recovery", 0) == 0 and plain["off_route"] > 0
+    assert rec["labelled_recovery"] > 0 and rec.get("off_route", 0) < plain["off_route"]
+    assert rec["labelled"] == plain["labelled"] + rec["labelled_recovery"]  # the same rollouts, more labels
+    marked = [Scene.load(tmp_path / "wide" / s.meta["scene"]).meta["aggregation"]["recovery"]
+              for s in read_samples(tmp_path / "wide" / "agg_r0.json")]
+    assert sum(marked) == rec["labelled_recovery"] and entry["recover_m"] == 6.0

@@ -51,3 +51,28 @@ def test_route_phase_scenes_join_only_the_stages_that_ask_for_them():
     del p.cfg["data"]["phases"]
     with pytest.raises(ValueError, match="needs data.phases"):
         training_sources(p, stages["ar_phases"])
+
+
+def test_a_stage_can_name_its_aggregation_rounds(tmp_path):
+    """The recovery study's arms each train on round 0 plus their own round, weighted by size as if merged;
+    a stage without `agg_rounds` takes every round so far (agg.json)."""
+    from wamdiff.driving.wamdiff2_json import ConversationSample, write_samples
+    from wamdiff.eval.aggregation import round_files
+    from wamdiff.pipeline import Pipeline, training_sources
+
+    p = Pipeline.load(ROOT / "configs" / "studies" / "recovery.yaml")
+    p.out = tmp_path
+    for r, n in ((0, 3), (1, 1), (2, 5)):
+        write_samples([ConversationSample(id=f"r{r}_{i}", image_paths=[], human="h", answer="a") for i in range(n)],
+                      round_files(p.data_dir, r)[0])
+    stages = {s["name"]: s for s in p.cfg["train"] if "recipe" in s}
+
+    def weights(name):
+        return {Path(s["path"]).name: s["weight"] for s in training_sources(p, stages[name])}
+
+    qa = {"train.json": 1.0, "train_qa.json": p.cfg["data"]["qa_weight"]}
+    assert weights("ar_recover") == {**qa, "agg_r0.json": pytest.approx(0.5 * 3 / 4),
+                                     "agg_r1.json": pytest.approx(0.5 * 1 / 4)}
+    assert weights("ar_dagger2") == {**qa, "agg_r0.json": pytest.approx(0.5 * 3 / 8),
+                                     "agg_r2.json": pytest.approx(0.5 * 5 / 8)}
+    assert weights("ar_vla") == {**qa, "agg.json": 0.5}

@@ -232,12 +232,19 @@ def stage_aggregate(p: Pipeline, spec: dict) -> dict:
     """One on-policy aggregation round (`eval.aggregation`): the stage `aggregate.planner` drives training routes,
     the expert labels what it visited; later stages with `agg` in their spec train on it."""
     from wamdiff.eval.aggregation import AggregationRound, aggregate_round
+    from wamdiff.eval.run import progress_bar
 
     a = dict(spec["aggregate"])
     planner = p.planner("stage:" + a.pop("planner"))
-    settings = AggregationRound(round=int(a.pop("round")), **{k: int(v) for k, v in a.items()})
+    types = {"round": int, "routes_per_family": int, "label_every": int, "recover_m": float}
+    if set(a) - set(types):
+        raise ValueError(f"{p.config_path}: stage {spec['name']!r}: unknown aggregate keys {sorted(set(a) - set(types))}; "
+                         f"known: {sorted(types)}")
+    settings = AggregationRound(**{k: types[k](v) for k, v in a.items()})
     fmt = planner.fmt
-    entry = aggregate_round(planner, p.format_dir(fmt), settings, fmt)
+    with progress_bar(console) as prog:
+        task = prog.add_task(f"{spec['name']}: routes", total=len(settings.routes()))
+        entry = aggregate_round(planner, p.format_dir(fmt), settings, fmt, progress=lambda: prog.advance(task))
     return {"labelled": entry["labelled"], "families": entry["families"]}
 
 
@@ -249,7 +256,14 @@ def training_sources(p: Pipeline, spec: dict) -> list[dict]:
     sources = [{"path": str(data / "train.json"), "weight": 1.0}]
     if qa_weight > 0:
         sources.append({"path": str(data / "train_qa.json"), "weight": qa_weight})
-    if spec.get("agg"):  # on-policy scenes of the aggregation rounds so far, at this share of the driving data
+    if spec.get("agg") and "agg_rounds" in spec:  # only these rounds, each by its size (as if merged)
+        from wamdiff.driving.wamdiff2_json import read_samples
+        from wamdiff.eval.aggregation import round_files
+
+        files = [round_files(data, int(r))[0] for r in spec["agg_rounds"]]
+        sizes = [len(read_samples(f)) for f in files]  # a missing round: the aggregate stage before runs first
+        sources += [{"path": str(f), "weight": float(spec["agg"]) * n / sum(sizes)} for f, n in zip(files, sizes)]
+    elif spec.get("agg"):  # on-policy scenes of the aggregation rounds so far, at this share of the driving data
         sources.append({"path": str(data / "agg.json"), "weight": float(spec["agg"])})
     if spec.get("phases"):  # scenes from every phase of the routes (`data.phases`), at this share
         if data != p.data_dir or not p.cfg["data"].get("phases"):

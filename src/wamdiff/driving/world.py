@@ -502,14 +502,19 @@ class World:
 
         While driven from outside the ego never acted, so its route, target lane and pending lane changes still
         describe where it started: they are re-aligned to its current lane (else highway-env warns that the route
-        does not start after the current road and picks the next lanes at random). `accel` / `steer` (front-wheel
-        angle, left +) seed the expert's rate limits so it continues smoothly from the current command.
+        does not start after the current road and picks the next lanes at random). An ego that drifted onto a road
+        off its route (an exit it should not take, the ring beside it) is sent back to the route's lane level with
+        it: the expert's lateral loop then steers towards that lane. `accel` / `steer` (front-wheel angle, left +)
+        seed the expert's rate limits so it continues smoothly from the current command.
         """
         ego = self.ego
-        road = ego.lane_index[:2]
         ego.external = ego.hold_state = False
+        road = ego.lane_index[:2]
         ego.target_lane_index = ego.lane_index
         roads = [li[:2] for li in ego.route]
+        if road not in roads:
+            ego.target_lane_index = self.route_lane_here()
+            road = ego.target_lane_index[:2]
         if road in roads:
             ego.route = ego.route[roads.index(road):]
         planned = [li[:2] for li in self.plan.lanes]
@@ -521,13 +526,23 @@ class World:
         if steer is not None:
             ego.prev_steer = float(-steer)  # highway-env's frame is mirrored (y down)
 
+    def route_offset(self) -> float:
+        """Signed lateral distance [m, left +] of the ego's box centre from the route centreline."""
+        pose = self.ego_pose()
+        return geo.project_on_polyline(self.route_centerline_world, geo.rear_axle_to_center(pose[:2], pose[2]))[1]
+
+    def route_lane_here(self) -> tuple:
+        """The route's lane level with the ego (the owner of the closest route centreline point)."""
+        pose = self.ego_pose()
+        i = geo.project_on_polyline(self.route_centerline_world, geo.rear_axle_to_center(pose[:2], pose[2]))[2]
+        return tuple(self.route_lanes_per_point[i])
+
     def is_on_route(self, max_offset_m: float = 2.5) -> bool:
         """The ego still follows its route: on one of the route's roads, its box centre within `max_offset_m` of
-        the route centreline. Only such states can be handed back to the expert meaningfully."""
+        the route centreline. Only such states can be handed back to the expert without rejoining the route."""
         if self.ego.lane_index[:2] not in {li[:2] for li in self.plan.lanes}:
             return False
-        centre = geo.rear_axle_to_center(self.ego_pose()[:2], self.ego_pose()[2])
-        return abs(geo.project_on_polyline(self.route_centerline_world, centre)[1]) <= max_offset_m
+        return abs(self.route_offset()) <= max_offset_m
 
     # -- simulation ------------------------------------------------------------------------------------------------
     def step(self, dt: float = SIM_DT) -> None:

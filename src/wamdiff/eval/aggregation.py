@@ -7,7 +7,9 @@ where it has no data (covariate shift). One round here:
 2. every `label_every` replans, copy the live world, hand the copy's ego back to the expert from exactly that
    state (`World.autopilot`) and capture the scene with the expert's next 5 s as its label (`capture_scene`,
    the same drops as data generation: crash, comfort, off the drivable area); states where the ego already
-   left its route are not labelled (the expert's route no longer applies there);
+   left its route are not labelled (the expert's route no longer applies there), unless `recover_m` > 0:
+   then every state within that distance of the route centreline is, on whatever road the ego drifted to,
+   and the expert steers back to the route's lane (recovery labels, the states a model that drifts needs);
 3. write the scenes next to the dataset's and the planning / QA files `agg_r<round>.json`, plus the union
    of all rounds so far, `agg.json`, which training mixes in beside `train.json`.
 
@@ -35,13 +37,15 @@ class AggregationRound:
     round: int
     routes_per_family: int = 25
     label_every: int = 2  # replans (0.5 s each) between labelled states
+    recover_m: float = 0.0  # > 0: also label states this far off the route (the expert rejoins it); 0: on-route only
     families: tuple[str, ...] = FAMILIES
 
     def routes(self):
         from wamdiff.eval.closedloop import Route
 
-        if self.routes_per_family <= 0 or self.label_every <= 0 or self.round < 0:
-            raise ValueError(f"aggregation round {self.round}: routes_per_family and label_every must be > 0")
+        if self.routes_per_family <= 0 or self.label_every <= 0 or self.round < 0 or self.recover_m < 0:
+            raise ValueError(f"aggregation round {self.round}: routes_per_family and label_every must be > 0, "
+                             "recover_m >= 0")
         return [Route(f"{f}_agg{self.round}_{i:03d}", f,
                       AGGREGATE_SEED_BASE + 100_000 * self.round + 1000 * FAMILIES.index(f) + i)
                 for f in self.families for i in range(self.routes_per_family)]
@@ -83,7 +87,8 @@ def aggregate_round(spec, out: str | Path, settings: AggregationRound, fmt: str,
         c["visited"] += 1
         if k % settings.label_every:
             return
-        if not world.is_on_route():
+        recovery = not world.is_on_route()
+        if recovery and abs(world.route_offset()) > settings.recover_m:
             c["off_route"] += 1
             return
         twin = copy.deepcopy(world)
@@ -94,7 +99,9 @@ def aggregate_round(spec, out: str | Path, settings: AggregationRound, fmt: str,
             c[f"drop_{scene.reason}"] += 1
             return
         c["labelled"] += 1
-        scene.meta["aggregation"] = {"round": settings.round, "route": route.name, "planner": spec.text}
+        c["labelled_recovery"] += recovery
+        scene.meta["aggregation"] = {"round": settings.round, "route": route.name, "planner": spec.text,
+                                     "recovery": recovery}
         scene.save(out / "scenes" / name)
         png = str((out / "scenes" / f"{name}.png").resolve())
         plan_samples.append(ConversationSample(
@@ -109,6 +116,7 @@ def aggregate_round(spec, out: str | Path, settings: AggregationRound, fmt: str,
     write_samples(plan_samples, plan_file)
     write_samples(qa, qa_file)
     entry = {"planner": spec.text, "routes_per_family": settings.routes_per_family, "label_every": settings.label_every,
+             "recover_m": settings.recover_m,
              "labelled": len(plan_samples), "camera": camera.to_dict(), "answer_format": fmt,
              "families": {f: dict(c) for f, c in counts.items()}}
     _merge_rounds(out, manifest, settings.round, entry)

@@ -223,6 +223,8 @@ def aggregate(
     round_index: int = typer.Option(0, "--round", min=0, help="Aggregation round (its own route seeds)."),
     routes_per_family: int = typer.Option(25, min=1, help="Training routes driven per family."),
     label_every: int = typer.Option(2, min=1, help="Replans (0.5 s) between labelled states."),
+    recover_m: float = typer.Option(0.0, min=0.0, help="Also label states up to this far [m] off the route, the "
+                                    "expert steering back to it (recovery labels); 0: on-route states only."),
     fmt: str = typer.Option("delta", help="Answer format of the labels (as the model's training data)."),
     force: bool = typer.Option(False, help="Redo the round even if its files exist."),
 ) -> None:
@@ -237,15 +239,16 @@ def aggregate(
         raise UserError(f"--fmt {fmt!r}: unknown answer format; use one of {FORMATS}")
     (spec,) = _specs([planner]).values()
     claim_for_command(str(data))
-    settings = AggregationRound(round_index, routes_per_family, label_every)
+    settings = AggregationRound(round_index, routes_per_family, label_every, recover_m)
     with progress_bar(console) as prog:
         task = prog.add_task(f"round {round_index}: routes", total=len(settings.routes()))
         entry = aggregate_round(spec, data, settings, fmt, force=force, progress=lambda: prog.advance(task))
     t = Table(title=f"aggregation round {round_index}: {entry['labelled']} labelled scenes in {data}")
-    for col in ("family", "visited", "labelled", "off route", "dropped", "routes"):
+    for col in ("family", "visited", "labelled", "of them recovery", "off route", "dropped", "routes"):
         t.add_column(col)
     for fam, c in entry["families"].items():
         drops = sum(v for k, v in c.items() if k.startswith("drop_"))
         ends = ", ".join(f"{k[6:]}: {v}" for k, v in c.items() if k.startswith("route_"))
-        t.add_row(fam, str(c.get("visited", 0)), str(c.get("labelled", 0)), str(c.get("off_route", 0)), str(drops), ends)
+        t.add_row(fam, str(c.get("visited", 0)), str(c.get("labelled", 0)), str(c.get("labelled_recovery", 0)),
+                  str(c.get("off_route", 0)), str(drops), ends)
     console.print(t)
