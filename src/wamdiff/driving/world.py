@@ -526,16 +526,18 @@ class World:
         if steer is not None:
             ego.prev_steer = float(-steer)  # highway-env's frame is mirrored (y down)
 
+    def _route_projection(self) -> tuple[float, float, int]:
+        """(arc length, signed lateral offset [m, left +], segment) of the ego's box centre on the route centreline."""
+        pose = self.ego_pose()
+        return geo.project_on_polyline(self.route_centerline_world, geo.rear_axle_to_center(pose[:2], pose[2]))
+
     def route_offset(self) -> float:
         """Signed lateral distance [m, left +] of the ego's box centre from the route centreline."""
-        pose = self.ego_pose()
-        return geo.project_on_polyline(self.route_centerline_world, geo.rear_axle_to_center(pose[:2], pose[2]))[1]
+        return self._route_projection()[1]
 
     def route_lane_here(self) -> tuple:
         """The route's lane level with the ego (the owner of the closest route centreline point)."""
-        pose = self.ego_pose()
-        i = geo.project_on_polyline(self.route_centerline_world, geo.rear_axle_to_center(pose[:2], pose[2]))[2]
-        return tuple(self.route_lanes_per_point[i])
+        return tuple(self.route_lanes_per_point[self._route_projection()[2]])
 
     def is_on_route(self, max_offset_m: float = 2.5) -> bool:
         """The ego still follows its route: on one of the route's roads, its box centre within `max_offset_m` of
