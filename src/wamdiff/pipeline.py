@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -236,7 +237,7 @@ def stage_aggregate(p: Pipeline, spec: dict) -> dict:
 
     a = dict(spec["aggregate"])
     planner = p.planner("stage:" + a.pop("planner"))
-    types = {"round": int, "routes_per_family": int, "label_every": int, "recover_m": float}
+    types = {k: t for k, t in typing.get_type_hints(AggregationRound).items() if t in (int, float)}  # YAML scalars
     if set(a) - set(types):
         raise ValueError(f"{p.config_path}: stage {spec['name']!r}: unknown aggregate keys {sorted(set(a) - set(types))}; "
                          f"known: {sorted(types)}")
@@ -262,7 +263,8 @@ def training_sources(p: Pipeline, spec: dict) -> list[dict]:
 
         files = [round_files(data, int(r))[0] for r in spec["agg_rounds"]]
         sizes = [len(read_samples(f)) for f in files]  # a missing round: the aggregate stage before runs first
-        sources += [{"path": str(f), "weight": float(spec["agg"]) * n / sum(sizes)} for f, n in zip(files, sizes)]
+        sources += [{"path": str(f), "weight": float(spec["agg"]) * n / sum(sizes)}
+                    for f, n in zip(files, sizes) if n]  # a round that labelled nothing adds no source
     elif spec.get("agg"):  # on-policy scenes of the aggregation rounds so far, at this share of the driving data
         sources.append({"path": str(data / "agg.json"), "weight": float(spec["agg"])})
     if spec.get("phases"):  # scenes from every phase of the routes (`data.phases`), at this share
