@@ -235,3 +235,61 @@ def test_levers_are_paired_against_the_reference_path():
     short, whole = answer_length_section(model, tok, prompts, grid, lengths=(5, None), repeats=2)
     assert (short["answer_tokens"], short["truncated"], whole["answer_tokens"], whole["truncated"]) == (5, True, 12, False)
     assert short["ar_ms_per_plan"] > 0 and whole["times_ar"] > 0
+
+
+@pytest.mark.parametrize("fmt", ["delta", "fixed1"])
+def test_fit_block_is_one_block_holding_the_whole_answer(fmt):
+    """`fit` resolves to the token count of an answer the world's formatter writes, end of turn included."""
+    import numpy as np
+
+    from wamdiff.decoding.bench.grid import FIT
+    from wamdiff.driving.trajectory import format_trajectory
+    from wamdiff.models import build_tokenizer
+    from wamdiff.models.tokens import IM_END
+
+    tok = build_tokenizer()
+    xy = np.stack([np.linspace(2, 40, 8), np.linspace(0, -3, 8)], 1)
+    answer = tok.encode(format_trajectory(xy, fmt) + IM_END, add_special_tokens=False)
+    grid = BenchGrid([1], [FIT, 32], [0.9], ["fp32"], 8, [4]).resolved(tok, fmt)
+    assert grid.block_sizes == [len(answer), 32]
+    assert BenchGrid([1], [FIT, len(answer)], [0.9], ["fp32"]).resolved(tok, fmt).block_sizes == [len(answer)]
+    with pytest.raises(ValueError, match="fit"):
+        BenchGrid([1], [FIT], [0.9], ["fp32"]).resolved(tok, "text2")  # variable-width answers have no fixed length
+
+
+@pytest.mark.parametrize("blocks, word", [("fit", "fit"), ("4,x", "--blocks")])
+def test_bench_rejects_a_fit_block_without_a_fixed_width_format(tmp_path, blocks, word):
+    res = CliRunner().invoke(app, ["--preset", "tiny", "--blocks", blocks, "--out", str(tmp_path)])
+    assert res.exit_code == 2 and word in res.output
+
+
+def test_the_headline_pair_is_timed_again_paired(monkeypatch):
+    """Only the at-quality pair of each batch size is re-timed; the figure is the median of per-round ratios."""
+    from wamdiff.decoding.bench import best_vs_best, markdown_tables
+    from wamdiff.decoding.bench import confirm
+    from wamdiff.models import build_model, build_tokenizer, image_processor_for, to_diffusion
+
+    tok = build_tokenizer()
+    model = to_diffusion(build_model("tiny", tok, vision=True, seed=0), 4, tokenizer=tok)
+    prompts = synthetic_prompts(tok, 2, vision=True, image_processor=image_processor_for(model))
+    grid = BenchGrid([1, 2], [4], [0.9], ["fp32"], 8, [4], caches=["exact"])
+    rows = [_row(1, 4, 4.0, 10.0, 1.05), _row(2, 4, 5.0, 6.0, 2.0)]  # batch 2 misses the quality bound
+    result = {"rows": rows, "best": best_vs_best(rows), "threads": 1}
+    decoded = []
+
+    def fake_walls(fns, repeats):
+        for f in fns.values():
+            decoded.append(len(f()))  # one generate call per batch of the pool
+        return {"ar": [0.5, 0.4, 0.9], "diffusion": [0.25, 0.1, 0.3]}  # per-round ratios 2, 4, 3
+
+    monkeypatch.setattr(confirm, "paired_walls", fake_walls)
+    got = confirm.confirm_headline(result, model, tok, prompts, grid, repeats=3)
+    assert [c["batch"] for c in got] == [1] and decoded == [2, 2]
+    c = got[0]
+    assert c["times_ar"] == 3.0 and (c["times_ar_min"], c["times_ar_max"]) == (2.0, 4.0)
+    assert c["ar_ms_per_plan"] == pytest.approx(1e3 * 0.5 / 2) and c["grid_times_ar"] == pytest.approx(2.5)
+    result["confirmed"] = got
+    md = markdown_tables(result)
+    row = next(line for line in md.splitlines() if "fastest at AR quality" in line)
+    assert row.split(" | ")[-2] == "3.00x"  # the "× AR paired" column
+    assert "median of 3 paired rounds" in md

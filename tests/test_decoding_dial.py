@@ -211,3 +211,19 @@ def test_answer_length_effect_prices_short_and_long_answers_from_the_same_costs(
     assert short["diffusion_prefill_share"] == pytest.approx((p[1] + 32 * b[1]) / one_block)
     assert long_["diffusion_ms"] == pytest.approx(one_block + 3 * ((a[1] + 64 * b[1]) + (a[1] + 32 * b[1])))
     assert short["diffusion_prefill_share"] > long_["diffusion_prefill_share"]  # short answers: the prefill dominates
+
+
+def test_costs_are_priced_non_decreasing_in_rows():
+    """A measured dip (more rows timed cheaper, noise) is pooled away before pricing; the stored figures stay raw."""
+    import json
+    from dataclasses import asdict
+
+    rows = [1, 8, 16, 32, 64]
+    step = [2.0, 4.0, 3.0, 6.0, 12.0]  # 16 rows timed below 8
+    c = StepCosts({}, 100, [1], rows, [step], [0.0], [0.0], [0.0], [{"0": 20.0, "17": 30.0, "32": 28.0}], [0.0],
+                  [0.0], [0.0])
+    assert c.step_ms == [step]  # what was measured
+    assert [c.step(1, r) for r in rows] == pytest.approx([2.0, 3.5, 3.5, 6.0, 12.0])  # the dip pooled with its neighbour
+    assert c.prefill(1, 17) == pytest.approx(29.0) and c.prefill(1, 32) == pytest.approx(29.0)
+    assert c.prefill(1, 24) == pytest.approx(29.0) and c.prefill(1, 0) == 20.0
+    assert StepCosts.from_dict(json.loads(json.dumps(asdict(c)))).prefill(1, 32) == pytest.approx(29.0)

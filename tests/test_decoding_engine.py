@@ -119,7 +119,7 @@ def _assert_step_logits_match(logs, ref_logs, lean: str):
 
 # ------------------------------------------------------------------------------------------------------ tests
 @pytest.mark.parametrize("lean", ["off", "head", "last_layer"])
-@pytest.mark.parametrize("block", [4, 32])
+@pytest.mark.parametrize("block", [4, 5, 32])  # 5: neither a power of two nor a divisor of anything (a `fit` block)
 @pytest.mark.parametrize("fused", [True, False])
 def test_cached_block_decoding_equals_recomputation(qwen3, block, fused, lean):
     """Exact paths, token for token and logit for logit against full recomputation: the static slot cache, the

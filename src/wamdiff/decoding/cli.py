@@ -19,6 +19,16 @@ def _ints(s: str) -> list[int]:
     return [int(x) for x in s.split(",") if x.strip()]
 
 
+def _block_sizes(s: str) -> list:
+    """Block sizes: integers and the keyword `fit` (one block holding the whole fixed-width answer)."""
+    from wamdiff.decoding.bench.grid import FIT
+
+    try:
+        return [FIT if w == FIT else int(w) for w in _words(s)]
+    except ValueError:
+        raise typer.BadParameter(f"--blocks takes integers and {FIT!r}, comma separated; got {s!r}") from None
+
+
 def _words(s: str) -> list[str]:
     return [x.strip() for x in s.split(",") if x.strip()]
 
@@ -41,7 +51,8 @@ def bench(
     data: Path = typer.Option(None, help="WAM-Diff2 JSON of prompts (images loaded from paths); default synthetic."),
     n_prompts: int = typer.Option(8, min=1, help="Prompts to load / synthesise."),
     batch: str = typer.Option("1,8,32", help="Batch sizes, comma separated."),
-    blocks: str = typer.Option("4,8,16,32", help="Block sizes B."),
+    blocks: str = typer.Option("4,8,16,32", help="Block sizes B; 'fit' = one block holding the whole answer of a "
+                                                 "fixed-width --format (delta: 17 tokens, end of turn included)."),
     taus: str = typer.Option("0.7,0.8,0.9,0.95", help="Confidence thresholds."),
     dtypes: str = typer.Option("fp32,bf16", help="fp32 and/or bf16."),
     max_new_tokens: int = typer.Option(160, min=1, help="Answer budget."),
@@ -65,6 +76,8 @@ def bench(
                                                   "more than the timed ones judges quality on more scenes."),
     lean: str = typer.Option("last_layer", help="Exact lean steps for AR and diffusion alike: off, head or last_layer."),
     roofline: bool = typer.Option(True, help="Roofline estimate (FLOPs, matmul rate) beside the step costs."),
+    confirm_repeats: int = typer.Option(7, min=0, help="Re-time the headline pair (fastest AR, fastest diffusion at AR "
+                                                       "quality) this many paired rounds per batch size (0 = off)."),
     levers: bool = typer.Option(False, help="Cheaper-step levers, each paired against the reference path, and the "
                                             "measured effect of the answer length (17 tokens vs whole answers)."),
     out: Path = typer.Option(Path("runs/bench"), help="Output folder (bench.json, bench.png)."),
@@ -77,6 +90,7 @@ def bench(
         JOURNAL, BenchGrid, guess_format, load_wamdiff2_json, print_table, run_bench, synthetic_prompts, write_outputs,
     )
     from wamdiff.decoding.bench.analysis import answer_length_section, levers_section, roofline_section
+    from wamdiff.decoding.bench.confirm import confirm_headline
     from wamdiff.decoding.bench.tune import answer_length_effect, attach_measurements
     from wamdiff.decoding.bench.tune import tune as bench_tune
     from wamdiff.models import build_model, build_tokenizer, image_processor_for, is_vision_model, load_model, to_diffusion
@@ -103,7 +117,7 @@ def bench(
         prompts = synthetic_prompts(tok, n_prompts, vision=is_vl, image_processor=image_processor_for(model))
     compile_modes = _on_off(compile)
     try:
-        grid = BenchGrid(_ints(batch), _ints(blocks), _floats(taus), _words(dtypes), max_new_tokens, _ints(max_steps), repeats,
+        grid = BenchGrid(_ints(batch), _block_sizes(blocks), _floats(taus), _words(dtypes), max_new_tokens, _ints(max_steps), repeats,
                          compile_modes, step_cost, caches=_words(caches), device=device, attention=attention, lean=lean)
         if quick:
             grid = BenchGrid([1], [8, 32], [0.9], ["fp32"], 64, _ints(max_steps), repeats, compile_modes, step_cost,
@@ -127,6 +141,10 @@ def bench(
                                  "within 10 % of AR's)", param_hint="--tune")
     ar_model, ar_tok = load_model(ar_checkpoint) if ar_checkpoint is not None else (None, None)
     fmt = fmt or guess_format(expert[0] if expert else None)
+    try:
+        grid = grid.resolved(tok, fmt)
+    except ValueError as err:
+        raise typer.BadParameter(str(err), param_hint="--blocks") from err
     journal = out / JOURNAL
     if not resume:
         journal.unlink(missing_ok=True)
@@ -139,6 +157,9 @@ def bench(
         result["tune"] = tuned
         attach_measurements(result)
         tuned["answer_length"] = answer_length_effect(tuned)
+    if confirm_repeats:
+        result["confirmed"] = confirm_headline(result, model, tok, prompts, grid, fmt=fmt, ar_model=ar_model,
+                                               ar_tokenizer=ar_tok, repeats=confirm_repeats, progress=progress)
     if roofline:
         result["roofline"] = roofline_section(model, tok, prompts, grid, fmt=fmt, tune_res=tuned, rows=result["rows"],
                                               progress=progress)

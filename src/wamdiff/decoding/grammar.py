@@ -171,6 +171,11 @@ class Grammar:
             raise ValueError(f"grammar for format {fmt!r}: tokenizer {tokenizer_name(tokenizer)} has no {IM_END!r}")
         return cls([*token_classes(tokenizer, fmt), [eos]], fmt)
 
+    @property
+    def answer_tokens(self) -> int:
+        """Tokens of every answer of this grammar, end of turn included."""
+        return len(self.classes)
+
     def table(self, n_positions: int, vocab_size: int, pad_id: int, device=None) -> torch.BoolTensor:
         """[n_positions, vocab] allowed-token table (positions beyond the template allow only PAD); built once per
         shape and device (every `generate` call asks for it)."""

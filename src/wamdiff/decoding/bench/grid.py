@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import copy
 import itertools
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
 
 from wamdiff.decoding.bench.headline import best_vs_best
 from wamdiff.decoding.bench.journal import Journal, fingerprint
+from wamdiff.decoding.bench.prompts import chunks, cycled
 from wamdiff.decoding.bench.quality import quality
 from wamdiff.decoding.bench.timing import step_cost, summarize, timed_generate
 from wamdiff.decoding.speed import times_ar
@@ -32,6 +33,10 @@ from wamdiff.driving.trajectory import FIXED_WIDTH_FORMATS
 from wamdiff.decoding.lean import LEAN_MODES
 
 DTYPES = {name: DTYPE_NAMES[name] for name in ("fp32", "bf16")}  # the grid's dtypes
+# A block size keyword: one block that holds exactly the answer of a fixed-width format (its tokens + end of turn).
+# A short answer (delta: 17 tokens) in a B32 block pays for 15 PAD rows in every forward, and in a B16 block for
+# a second block that holds only the end of turn.
+FIT = "fit"
 
 
 @dataclass
@@ -59,6 +64,9 @@ class BenchGrid:
     prefill_cache: bool = DecodeConfig.prefill_cache
 
     def __post_init__(self) -> None:
+        bad = [b for b in self.block_sizes if b != FIT and not (isinstance(b, int) and b >= 1)]
+        if bad:
+            raise ValueError(f"BenchGrid.block_sizes: {bad} are not block sizes (positive integers or {FIT!r})")
         if isinstance(self.compile, bool):
             self.compile = [self.compile]
         if isinstance(self.max_steps_per_block, int):
@@ -75,6 +83,17 @@ class BenchGrid:
             raise ValueError(f"BenchGrid.lean: unknown {self.lean!r} (use one of {LEAN_MODES})")
         if torch.device(self.device).type == "cuda" and not torch.cuda.is_available():
             raise ValueError(f"BenchGrid.device {self.device!r}: no CUDA device is visible on this machine")
+
+    def resolved(self, tokenizer, fmt: str | None) -> "BenchGrid":
+        """This grid with `FIT` replaced by the answer length of `fmt` under `tokenizer` (`Grammar.answer_tokens`)."""
+        if FIT not in self.block_sizes:
+            return self
+        if fmt not in FIXED_WIDTH_FORMATS:
+            raise ValueError(f"block size {FIT!r} needs a fixed-width answer format ({', '.join(FIXED_WIDTH_FORMATS)}), "
+                             f"got {fmt!r}")
+        fit = Grammar.for_format(tokenizer, fmt).answer_tokens
+        sizes = [fit if b == FIT else b for b in self.block_sizes]
+        return replace(self, block_sizes=list(dict.fromkeys(sizes)))
 
     def diffusion_points(self) -> list[tuple]:
         """(B, tau, step cap, cache) of every diffusion configuration, in run order."""
@@ -109,15 +128,14 @@ def run_bench(model, tokenizer, prompts, grid: BenchGrid, *, expert=None, fmt=No
     ar_tok = ar_tokenizer or tokenizer
     # every batch size decodes the same prompts (at least one full batch): batch n runs them in chunks of n
     n_prompts = max(len(prompts), *grid.batch_sizes)
-    pool = [prompts[i % len(prompts)] for i in range(n_prompts)]
-    expert_pool = [expert[i % len(expert)] for i in range(n_prompts)] if expert else None
+    pool = cycled(prompts, n_prompts)
+    expert_pool = cycled(expert, n_prompts) if expert else None
 
     def timed_chunks(model_, tok_, cfg, n, warmup=True):
         # compiled steps: every chunk may have a new prompt width (a new graph), so each chunk warms up
         gens, wall = [], 0.0
-        for i in range(0, len(pool) - len(pool) % n, n):
-            g, w = timed_generate(model_, tok_, pool[i:i + n], cfg, grid.repeats,
-                                  warmup=warmup and (i == 0 or cfg.compile))
+        for i, chunk in enumerate(chunks(pool, n)):
+            g, w = timed_generate(model_, tok_, chunk, cfg, grid.repeats, warmup=warmup and (i == 0 or cfg.compile))
             gens, wall = gens + g, wall + w
         return gens, wall
 
@@ -145,10 +163,10 @@ def run_bench(model, tokenizer, prompts, grid: BenchGrid, *, expert=None, fmt=No
                     progress(f"step cost {dname}{' compiled' if comp else ''}: "
                              + ", ".join(f"B{b} {cost[f'B{b}_ratio']:.2f}x" for b in grid.block_sizes))
             for n in grid.batch_sizes:
-                used = len(pool) - len(pool) % n
                 ar_cfg = grid.config(ar_tok, fmt, mode="ar", compile=comp)
                 if not log or any(k not in log.rows for k in keys[n]):
                     timed_chunks(ar_m, ar_tok, ar_cfg, n, warmup=True)  # AR warm-up (every prompt width)
+                used = n * len(chunks(pool, n))
                 for key in keys[n]:
                     b, tau, steps, cache = key[3:]
                     if log and key in log.rows:

@@ -73,6 +73,13 @@ def best_line(b: dict) -> str:
             f"{diffusion_label(b)}, TPF {b['tpf']:.2f}{l2}): {b['times_ar']:.2f}x AR (plans/s; tok/s {b['ratio']:.2f}x){lat}")
 
 
+def confirmed_line(c: dict) -> str:
+    return (f"batch {c['batch']}: {c['diffusion_setting']} vs AR ({c['ar_setting']}): {c['times_ar']:.2f}x AR, median of "
+            f"{c['repeats']} paired rounds (range {c['times_ar_min']:.2f}-{c['times_ar_max']:.2f}x; the grid's figure "
+            f"{c['grid_times_ar']:.2f}x); ms per trajectory {c['ar_ms_per_plan'] * c['batch']:.1f} -> "
+            f"{c['diffusion_ms_per_plan'] * c['batch']:.1f}")
+
+
 def at_quality_line(b: dict) -> str:
     return (f"at AR quality (L2 within {100 * b['quality_tolerance']:.0f} % of AR's, no more failed parses): "
             + (best_line(b["at_quality"]) if b["at_quality"] else f"batch {b['batch']}: no setting"))
@@ -80,11 +87,13 @@ def at_quality_line(b: dict) -> str:
 
 def headline_table(result: dict) -> list[dict]:
     """The rows `make bench` prints first, per batch size: the fastest AR setting, the fastest diffusion setting at
-    AR quality, and the speed dial's pick (when the run tuned it) with its share of that best."""
+    AR quality (with its paired re-measurement, `bench.confirm`, when the run made one), and the speed dial's pick
+    (when the run tuned it) with its share of that best."""
     rows_by = {}
     for r in result["rows"]:
         rows_by.setdefault(r["batch"], []).append(r)
     picks = {(p["batch"], p["dtype"], p["compile"]): p for p in (result.get("tune") or {}).get("picks", [])}
+    confirmed = {c["batch"]: c["times_ar"] for c in result.get("confirmed") or []}  # `bench.confirm`
     out = []
     for b in result.get("best", []):
         n = b["batch"]
@@ -97,9 +106,11 @@ def headline_table(result: dict) -> list[dict]:
             best = next(r for r in rows_by[n] if r["dtype"] == q["diffusion_dtype"] and r["compile"] == q["diffusion_compile"]
                         and (r["block_size"], r["threshold"], r["max_steps"], r["cache"]) ==
                         (q["block_size"], q["threshold"], q["max_steps"], q["cache"]))
-            out.append(_table_row(n, "diffusion, fastest at AR quality",
-                                  f"{setting_label(best['dtype'], best.get('compile'))}, {diffusion_label(best)}",
-                                  best["diffusion"], best["quality"], ar["ar"]))
+            entry = _table_row(n, "diffusion, fastest at AR quality",
+                               f"{setting_label(best['dtype'], best.get('compile'))}, {diffusion_label(best)}",
+                               best["diffusion"], best["quality"], ar["ar"])
+            entry["times_ar_paired"] = confirmed.get(n)
+            out.append(entry)
         for (pn, dtype, comp), p in sorted(picks.items()):
             if pn != n or p.get("row") is None:
                 continue

@@ -18,6 +18,7 @@ from dataclasses import replace
 
 import torch
 
+from wamdiff.decoding.bench.prompts import chunks, cycled
 from wamdiff.decoding.config import DecodeConfig
 from wamdiff.decoding.engine import generate
 from wamdiff.decoding.runner import StepRunner, collate_prompts
@@ -58,16 +59,15 @@ def decode_levers(model, tokenizer, prompts, configs: dict[str, DecodeConfig], *
         m, tok = (ar_model or model, ar_tokenizer or tokenizer) if mode == "ar" else (model, tokenizer)
         variants = {"reference": replace(base, **REFERENCE), **{k: replace(base, **v) for k, v in LEVERS.items()}}
         for n in batches:
-            pool = [prompts[i % len(prompts)] for i in range(max(n, len(prompts)))]
-            chunks = [pool[i:i + n] for i in range(0, len(pool) - len(pool) % n, n)]
+            batches_n = chunks(cycled(prompts, n), n)
             tokens = {}
 
             def run(cfg, name):
-                gens = [g for c in chunks for g in generate(m, tok, c, cfg)]
+                gens = [g for c in batches_n for g in generate(m, tok, c, cfg)]
                 tokens[name] = [g.token_ids for g in gens]
 
             walls = paired_walls({k: (lambda c=c, k=k: run(c, k)) for k, c in variants.items()}, repeats)
-            plans = sum(len(c) for c in chunks)
+            plans = sum(len(c) for c in batches_n)
             ratios = _ratios(walls)
             ref_ms = 1e3 * statistics.median(walls["reference"]) / plans
             for name in LEVERS:

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import torch
 
+from wamdiff.decoding.bench.confirm import REPEATS as CONFIRM_REPEATS
+from wamdiff.decoding.bench.confirm import confirm_headline
 from wamdiff.decoding.bench.grid import BenchGrid, run_bench
 from wamdiff.decoding.bench.journal import JOURNAL
 from wamdiff.decoding.bench.outputs import write_outputs
@@ -52,9 +54,17 @@ def paired_bench(*, ar_checkpoint, diffusion_checkpoint, data=None, out, setting
     else:
         prompts = synthetic_prompts(tok, n, vision=vision, image_processor=image_processor_for(model))
     fmt = st.get("format") or guess_format(expert[0] if expert else None)
+    try:
+        grid = grid.resolved(tok, fmt)
+    except ValueError as err:
+        raise ValueError(f"bench.block_sizes: {err}") from None
     journal = Path(out) / JOURNAL
     result = run_bench(model, tok, prompts, grid, expert=expert, fmt=fmt, ar_model=ar_model, ar_tokenizer=ar_tok,
                        journal=journal)
+    repeats = int(st.get("confirm_repeats", CONFIRM_REPEATS))
+    if repeats:
+        result["confirmed"] = confirm_headline(result, model, tok, prompts, grid, fmt=fmt, ar_model=ar_model,
+                                               ar_tokenizer=ar_tok, repeats=repeats)
     result.update(ar_checkpoint=str(ar_checkpoint), diffusion_checkpoint=str(diffusion_checkpoint), format=fmt)
     written = write_outputs(result, Path(out))
     journal.unlink(missing_ok=True)  # complete: the next run measures afresh

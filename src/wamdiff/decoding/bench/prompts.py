@@ -1,5 +1,6 @@
 """Prompts for the benchmark: from a WAM-Diff2 JSON (the one reader, `driving.wamdiff2_json`) or synthesised
-with the one prompt template (`driving.prompts`) and random camera images."""
+with the one prompt template (`driving.prompts`) and random camera images; and how a prompt set is cut into the
+full batches every timed setting decodes (`cycled`, `chunks`)."""
 
 from __future__ import annotations
 
@@ -42,3 +43,13 @@ def synthetic_prompts(tokenizer, n: int, *, vision: bool, seed: int = 0, image_p
         images = [rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)] if vision else []
         out.append(encode_prompt(tokenizer, text, images, vision=vision, image_processor=image_processor))
     return out
+
+
+def cycled(items: list, n: int) -> list:
+    """`items` repeated in order up to at least `n` entries (a batch larger than the prompt set still runs full)."""
+    return [items[i % len(items)] for i in range(max(n, len(items)))]
+
+
+def chunks(pool: list, n: int) -> list[list]:
+    """The full batches of n of `pool` (a last partial batch is left out: every timed batch has n prompts)."""
+    return [pool[i:i + n] for i in range(0, len(pool) - len(pool) % n, n)]

@@ -5,7 +5,9 @@ answers, the roofline estimate and the cheaper-step levers. Speed figures follow
 
 from __future__ import annotations
 
-from wamdiff.decoding.bench.headline import at_quality_line, best_line, diffusion_label, headline_table, setting_label
+from wamdiff.decoding.bench.headline import (
+    at_quality_line, best_line, confirmed_line, diffusion_label, headline_table, setting_label,
+)
 
 
 def _f(v, fmt: str = "{:.2f}") -> str:
@@ -13,13 +15,13 @@ def _f(v, fmt: str = "{:.2f}") -> str:
 
 
 HEADLINE_COLUMNS = ["batch", "planner", "setting", "ms per trajectory", "plans/s", "tok/s", "TPF", "L2 vs expert",
-                    "failed parses", "× AR", "of best"]
+                    "failed parses", "× AR", "× AR paired", "of best"]
 
 
 def _headline_cells(r: dict) -> list[str]:
     return [str(r["batch"]), r["planner"], r["setting"], _f(r["latency_ms"], "{:.1f}"), _f(r["plans_per_s"], "{:.2f}"),
             _f(r["tok_s"], "{:.0f}"), _f(r["tpf"]), _f(r["l2_vs_expert"], "{:.3f}"), _f(r["parse_failures"], "{:d}"),
-            _f(r["times_ar"]) + "x", _f(r.get("of_best"), "{:.0%}")]
+            _f(r["times_ar"]) + "x", _f(r.get("times_ar_paired"), "{:.2f}x"), _f(r.get("of_best"), "{:.0%}")]
 
 
 def _md(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -37,6 +39,11 @@ def markdown_tables(result: dict) -> str:
         lines += ["Best AR (any dtype, compile setting) vs best diffusion (any dtype, compile setting, B, tau, cache):", ""]
         lines += [f"- {best_line(b)}" for b in result["best"]]
         lines += [f"- {at_quality_line(b)}" for b in result["best"] if "at_quality" in b]
+        lines.append("")
+    if result.get("confirmed"):
+        lines += ["The headline pair (fastest AR setting, fastest diffusion setting at AR quality) timed again, "
+                  "interleaved, on the same prompts (`× AR paired`):", ""]
+        lines += [f"- {confirmed_line(c)}" for c in result["confirmed"]]
         lines.append("")
     lines += _md(["dtype", "batch", "B", "tau", "steps", "cache", "AR plans/s", "diff plans/s", "× AR", "AR tok/s",
                   "diff tok/s", "ms/tok AR", "ms/tok diff", "fwd/plan AR", "fwd/plan diff", "TPF", "exact vs AR",
@@ -147,6 +154,8 @@ def print_table(result: dict, console=None) -> None:
         console.print(f"best vs best, {best_line(b)}")
         if "at_quality" in b:
             console.print(f"  {at_quality_line(b)}")
+    for c in result.get("confirmed") or []:
+        console.print(f"headline pair timed again, paired: {confirmed_line(c)}")
     head = headline_table(result)
     if head:
         h = Table(title="headline: per batch size, the fastest AR setting, the fastest diffusion setting at AR quality, "

@@ -1,0 +1,63 @@
+"""The headline pair timed again, paired: the fastest AR setting against the fastest diffusion setting at AR quality.
+
+The grid times AR next to every diffusion point, and the headline takes the *fastest* AR measurement of all of
+them (24+ noisy measurements of one setting per batch size) and the fastest diffusion point: both maxima are
+biased by noise, in opposite directions. This step re-times just the two winners, interleaved for `repeats`
+rounds on the grid's prompts (AR and diffusion back to back, order rotated every round), and reports the median of
+the per-round ratios (`levers.paired_walls`), with its range. The selection still happened on the grid; the figure
+of the selected pair no longer carries the selection's luck.
+"""
+
+from __future__ import annotations
+
+import copy
+import statistics
+
+import torch
+
+from wamdiff.decoding.bench.grid import DTYPES, BenchGrid
+from wamdiff.decoding.bench.headline import diffusion_label, setting_label
+from wamdiff.decoding.bench.levers import paired_walls
+from wamdiff.decoding.bench.prompts import chunks, cycled
+from wamdiff.decoding.engine import generate
+
+REPEATS = 7
+
+
+@torch.inference_mode()
+def confirm_headline(result: dict, model, tokenizer, prompts, grid: BenchGrid, *, fmt=None, ar_model=None,
+                     ar_tokenizer=None, repeats: int = REPEATS, progress=None) -> list[dict]:
+    """One entry per batch size whose headline has a diffusion setting at AR quality (`result["best"]`)."""
+    out = []
+    ar_tok = ar_tokenizer or tokenizer
+    pool = cycled(prompts, max(grid.batch_sizes))
+    for b in result.get("best", []):
+        q = b.get("at_quality")
+        if not q:
+            continue
+        n = b["batch"]
+        batches = chunks(pool, n)
+        d_model = copy.deepcopy(model).float().to(grid.device, DTYPES[q["diffusion_dtype"]]).eval()
+        a_model = copy.deepcopy(ar_model or model).float().to(grid.device, DTYPES[q["ar_dtype"]]).eval()
+        ar_cfg = grid.config(ar_tok, fmt, mode="ar", compile=q["ar_compile"])
+        d_cfg = grid.block_config((q["block_size"], q["threshold"], q["max_steps"], q["cache"]), tokenizer, fmt,
+                                  compile=q["diffusion_compile"])
+        walls = paired_walls({
+            "ar": lambda m=a_model, c=ar_cfg, bs=batches: [generate(m, ar_tok, x, c) for x in bs],
+            "diffusion": lambda m=d_model, c=d_cfg, bs=batches: [generate(m, tokenizer, x, c) for x in bs],
+        }, repeats)
+        ratios = [a / d for a, d in zip(walls["ar"], walls["diffusion"])]
+        plans = n * len(batches)
+        entry = {"batch": n, "repeats": repeats, "plans": plans,
+                 "ar_setting": setting_label(q["ar_dtype"], q["ar_compile"]),
+                 "diffusion_setting": f"{setting_label(q['diffusion_dtype'], q['diffusion_compile'])}, {diffusion_label(q)}",
+                 "ar_ms_per_plan": 1e3 * statistics.median(walls["ar"]) / plans,
+                 "diffusion_ms_per_plan": 1e3 * statistics.median(walls["diffusion"]) / plans,
+                 "times_ar": statistics.median(ratios), "times_ar_min": min(ratios), "times_ar_max": max(ratios),
+                 "grid_times_ar": q["times_ar"]}
+        out.append(entry)
+        if progress:
+            progress(f"confirmed, batch {n}: {entry['diffusion_setting']} {entry['times_ar']:.2f}x AR (median of "
+                     f"{repeats} paired rounds, {entry['times_ar_min']:.2f}-{entry['times_ar_max']:.2f}; grid "
+                     f"{entry['grid_times_ar']:.2f}x)")
+    return out
