@@ -31,14 +31,21 @@ def confirm_headline(result: dict, model, tokenizer, prompts, grid: BenchGrid, *
     out = []
     ar_tok = ar_tokenizer or tokenizer
     pool = cycled(prompts, max(grid.batch_sizes))
+    copies = {}  # one cast copy per (model, dtype), shared by the batch sizes
+
+    def cast(m, dtype: str):
+        key = (id(m), dtype)
+        if key not in copies:
+            copies[key] = copy.deepcopy(m).float().to(grid.device, DTYPES[dtype]).eval()
+        return copies[key]
+
     for b in result.get("best", []):
         q = b.get("at_quality")
         if not q:
             continue
         n = b["batch"]
         batches = chunks(pool, n)
-        d_model = copy.deepcopy(model).float().to(grid.device, DTYPES[q["diffusion_dtype"]]).eval()
-        a_model = copy.deepcopy(ar_model or model).float().to(grid.device, DTYPES[q["ar_dtype"]]).eval()
+        d_model, a_model = cast(model, q["diffusion_dtype"]), cast(ar_model or model, q["ar_dtype"])
         ar_cfg = grid.config(ar_tok, fmt, mode="ar", compile=q["ar_compile"])
         d_cfg = grid.block_config((q["block_size"], q["threshold"], q["max_steps"], q["cache"]), tokenizer, fmt,
                                   compile=q["diffusion_compile"])
