@@ -39,30 +39,36 @@ def test_every_stage_reference_names_a_stage_or_a_checkpoint(path):
             assert cfg["bench"][key] in known, f"{path.name}: bench.{key}={cfg['bench'][key]!r}"
 
 
-def test_route_phase_scenes_join_only_the_stages_that_ask_for_them():
+def test_route_phase_scenes_join_only_the_stages_that_ask_for_them(tmp_path):
     from wamdiff.pipeline import Pipeline, training_sources
 
-    p = Pipeline.load(ROOT / "configs" / "studies" / "route_phases.yaml")
+    from wamdiff.driving.wamdiff2_json import ConversationSample, write_samples
+    from wamdiff.eval.aggregation import round_files
+
+    p = Pipeline.load(ROOT / "configs" / "default.yaml")
+    p.out = tmp_path
+    write_samples([ConversationSample(id="r0", image_paths=[], human="h", answer="a")], round_files(p.data_dir, 0)[0])
     stages = {s["name"]: s for s in p.cfg["train"] if "recipe" in s}
     paths = {name: {Path(s["path"]).relative_to(p.out).as_posix(): s["weight"] for s in training_sources(p, stages[name])}
-             for name in ("ar_vla", "ar_phases")}
-    assert paths["ar_phases"] == {**paths["ar_vla"], "data_phases/train.json": 1.0}  # the only difference
-    assert paths["ar_vla"]["data/train.json"] == 1.0 and "data/agg.json" in paths["ar_vla"]
+             for name in ("ar_vla_r0", "ar_phases")}
+    assert paths["ar_phases"] == {**paths["ar_vla_r0"], "data_phases/train.json": 1.0}  # the only difference
+    assert paths["ar_vla_r0"]["data/train.json"] == 1.0 and paths["ar_vla_r0"]["data/agg_r0.json"] == 0.5
     del p.cfg["data"]["phases"]
     with pytest.raises(ValueError, match="needs data.phases"):
         training_sources(p, stages["ar_phases"])
 
 
 def test_a_stage_can_name_its_aggregation_rounds(tmp_path):
-    """The recovery study's arms each train on round 0 plus their own round, weighted by size as if merged;
-    a stage without `agg_rounds` takes every round so far (agg.json)."""
+    """The recovery study's arms each train on round 0 plus their own round, weighted by size as if merged; the
+    default's mature mixture on rounds 0, 3, 4, 5 and the route-phase scenes; a stage without `agg_rounds` takes
+    every round so far (agg.json)."""
     from wamdiff.driving.wamdiff2_json import ConversationSample, write_samples
     from wamdiff.eval.aggregation import round_files
     from wamdiff.pipeline import Pipeline, training_sources
 
     p = Pipeline.load(ROOT / "configs" / "studies" / "recovery.yaml")
     p.out = tmp_path
-    for r, n in ((0, 3), (1, 1), (2, 5)):
+    for r, n in ((0, 3), (1, 1), (2, 5), (3, 2), (4, 4), (5, 6)):
         write_samples([ConversationSample(id=f"r{r}_{i}", image_paths=[], human="h", answer="a") for i in range(n)],
                       round_files(p.data_dir, r)[0])
     stages = {s["name"]: s for s in p.cfg["train"] if "recipe" in s}
@@ -75,4 +81,31 @@ def test_a_stage_can_name_its_aggregation_rounds(tmp_path):
                                      "agg_r1.json": pytest.approx(0.5 * 1 / 4)}
     assert weights("ar_dagger2") == {**qa, "agg_r0.json": pytest.approx(0.5 * 3 / 8),
                                      "agg_r2.json": pytest.approx(0.5 * 5 / 8)}
-    assert weights("ar_vla") == {**qa, "agg.json": 0.5}
+    mature = {**stages["block32"], "phases": 0}  # its route-phase scenes: the test above
+    assert {Path(s["path"]).name: s["weight"] for s in training_sources(p, mature)} == {
+        **qa, **{f"agg_r{r}.json": pytest.approx(0.5 * n / 15) for r, n in ((0, 3), (3, 2), (4, 4), (5, 6))}}
+    assert {Path(s["path"]).name: s["weight"] for s in training_sources(p, {"name": "x", "agg": 0.5})} == {
+        **qa, "agg.json": 0.5}
+
+
+def test_the_conversion_trains_on_the_mature_ar_s_mixture(tmp_path):
+    """Every stage of the student chain (curriculum, both distillations) sees the data its AR VLA was fine-tuned on:
+    a stage left on the old `agg: 0.5` would train on every round on disk and no route-phase scenes."""
+    from wamdiff.driving.wamdiff2_json import ConversationSample, write_samples
+    from wamdiff.eval.aggregation import round_files
+    from wamdiff.pipeline import Pipeline, training_sources
+
+    p = Pipeline.load(ROOT / "configs" / "default.yaml")
+    p.out = tmp_path
+    for r in range(6):
+        write_samples([ConversationSample(id=f"r{r}", image_paths=[], human="h", answer="a")], round_files(p.data_dir, r)[0])
+    stages = {s["name"]: s for s in p.cfg["train"] if "recipe" in s}
+
+    def mixture(name):
+        return sorted((Path(s["path"]).relative_to(p.out).as_posix(), s["weight"]) for s in training_sources(p, stages[name]))
+
+    student_chain = ["block1", "block4", "block8", "block16", "block32", "distill_block", "distill_model"]
+    assert all(mixture(name) == mixture("ar_vla") for name in student_chain)
+    assert mixture("ar_vla") == sorted([("data/train.json", 1.0), ("data/train_qa.json", p.cfg["data"]["qa_weight"]),
+                                        ("data_phases/train.json", 1.0),
+                                        *((f"data/agg_r{r}.json", 0.5 / 4) for r in (0, 3, 4, 5))])
