@@ -9,6 +9,16 @@ import pytest
 from wamdiff.pipeline import _read_config
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def _write_rounds(data_dir: Path, sizes: dict[int, int]) -> None:
+    """Aggregation rounds of `sizes[r]` placeholder samples each, where a pipeline's `agg_rounds` look for them."""
+    from wamdiff.driving.wamdiff2_json import ConversationSample, write_samples
+    from wamdiff.eval.aggregation import round_files
+
+    for r, n in sizes.items():
+        write_samples([ConversationSample(id=f"r{r}_{i}", image_paths=[], human="h", answer="a") for i in range(n)],
+                      round_files(data_dir, r)[0])
 CONFIGS = sorted([ROOT / "configs" / "default.yaml", ROOT / "configs" / "demo.yaml",
                   *(ROOT / "configs" / "studies").glob("*.yaml")])
 
@@ -42,12 +52,9 @@ def test_every_stage_reference_names_a_stage_or_a_checkpoint(path):
 def test_route_phase_scenes_join_only_the_stages_that_ask_for_them(tmp_path):
     from wamdiff.pipeline import Pipeline, training_sources
 
-    from wamdiff.driving.wamdiff2_json import ConversationSample, write_samples
-    from wamdiff.eval.aggregation import round_files
-
     p = Pipeline.load(ROOT / "configs" / "default.yaml")
     p.out = tmp_path
-    write_samples([ConversationSample(id="r0", image_paths=[], human="h", answer="a")], round_files(p.data_dir, 0)[0])
+    _write_rounds(p.data_dir, {0: 1})
     stages = {s["name"]: s for s in p.cfg["train"] if "recipe" in s}
     paths = {name: {Path(s["path"]).relative_to(p.out).as_posix(): s["weight"] for s in training_sources(p, stages[name])}
              for name in ("ar_vla_r0", "ar_phases")}
@@ -62,15 +69,11 @@ def test_a_stage_can_name_its_aggregation_rounds(tmp_path):
     """The recovery study's arms each train on round 0 plus their own round, weighted by size as if merged; the
     default's mature mixture on rounds 0, 3, 4, 5 and the route-phase scenes; a stage without `agg_rounds` takes
     every round so far (agg.json)."""
-    from wamdiff.driving.wamdiff2_json import ConversationSample, write_samples
-    from wamdiff.eval.aggregation import round_files
     from wamdiff.pipeline import Pipeline, training_sources
 
     p = Pipeline.load(ROOT / "configs" / "studies" / "recovery.yaml")
     p.out = tmp_path
-    for r, n in ((0, 3), (1, 1), (2, 5), (3, 2), (4, 4), (5, 6)):
-        write_samples([ConversationSample(id=f"r{r}_{i}", image_paths=[], human="h", answer="a") for i in range(n)],
-                      round_files(p.data_dir, r)[0])
+    _write_rounds(p.data_dir, {0: 3, 1: 1, 2: 5, 3: 2, 4: 4, 5: 6})
     stages = {s["name"]: s for s in p.cfg["train"] if "recipe" in s}
 
     def weights(name):
@@ -91,14 +94,11 @@ def test_a_stage_can_name_its_aggregation_rounds(tmp_path):
 def test_the_conversion_trains_on_the_mature_ar_s_mixture(tmp_path):
     """Every stage of the student chain (curriculum, both distillations) sees the data its AR VLA was fine-tuned on:
     a stage left on the old `agg: 0.5` would train on every round on disk and no route-phase scenes."""
-    from wamdiff.driving.wamdiff2_json import ConversationSample, write_samples
-    from wamdiff.eval.aggregation import round_files
     from wamdiff.pipeline import Pipeline, training_sources
 
     p = Pipeline.load(ROOT / "configs" / "default.yaml")
     p.out = tmp_path
-    for r in range(6):
-        write_samples([ConversationSample(id=f"r{r}", image_paths=[], human="h", answer="a")], round_files(p.data_dir, r)[0])
+    _write_rounds(p.data_dir, dict.fromkeys(range(6), 1))
     stages = {s["name"]: s for s in p.cfg["train"] if "recipe" in s}
 
     def mixture(name):
