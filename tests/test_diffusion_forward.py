@@ -139,6 +139,28 @@ def test_sdpa_eager_flex_agree(tok, qwen3, qwen3vl, vision):
     assert torch.isfinite(out["sdpa"]).all()
 
 
+@torch.no_grad()
+@pytest.mark.parametrize("vision", [False, True])
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_one_block_answer_skips_the_clean_stream_with_the_same_logits(tok, qwen3, qwen3vl, vision, attn):
+    """An answer in one block runs [prefix | x_t] only; its logits equal the full [prefix | x0 | x_t] layout's
+    (`return_x0` always runs the full layout), padding and batching included."""
+    model = (qwen3vl if vision else qwen3)[1]
+    if vision:
+        _, x0, am, kw = _vl_inputs(tok, "0.50,1.00,1.50,2.00,2.50")
+    else:
+        p, pm, x0, am = _text_batch(tok, PROMPTS, ANSWERS, 32)
+        kw = dict(prompt_ids=p, prompt_mask=pm)
+    xt = _noisy(x0, am, model.config.mask_token_id)
+    block = 32 if vision else x0.shape[1]  # a block wider than the answer, and one exactly as wide
+    short = diffusion_forward(model, x0=x0, xt=xt, answer_mask=am, block_size=block, attn=attn, **kw)
+    full, _ = diffusion_forward(model, x0=x0, xt=xt, answer_mask=am, block_size=block, attn=attn, return_x0=True, **kw)
+    real = am[..., None]
+    assert ((short - full) * real).abs().max() <= TOL
+    two_blocks = diffusion_forward(model, x0=x0, xt=xt, answer_mask=am, block_size=max(1, x0.shape[1] // 2), attn=attn, **kw)
+    assert ((two_blocks - full) * real).abs().max() > TOL  # the check can tell a different layout apart
+
+
 # ------------------------------------------------------- training logits == KV-cache block decode logits
 
 

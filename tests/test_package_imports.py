@@ -21,7 +21,7 @@ LAYERS = [
     {"decoding"},
     {"eval", "training"},
     {"evaluate", "report", "serve"},
-    {"pipeline"},
+    {"pipeline", "schedule"},
     {"cli"},
 ]
 

@@ -111,6 +111,8 @@ def pipeline(
     train_only: bool = typer.Option(False, help="Stop after the training stages (no evaluation, no report)."),
     stages: str = typer.Option(None, help="Comma-separated training stages to run (only those), e.g. teacher_ar_sft,teacher_block4."),
     export: str = typer.Option(None, help="Instead of running: copy the --stages' models (bf16) + provenance to this folder."),
+    from_scratch: bool = typer.Option(False, "--from-scratch", help="Also train the stages the config is given as "
+                                      "checkpoints (`checkpoints:`; the default's mature AR VLA) and what leads to them."),
 ) -> None:
     """From nothing to every checkpoint and the report: data, AR SFT, curriculum, distillation, evaluation."""
     from wamdiff.pipeline import export_checkpoints, run_pipeline
@@ -118,9 +120,9 @@ def pipeline(
     if export:
         if not stages:
             raise typer.BadParameter("--export needs --stages (which models to copy)")
-        typer.echo(f"exported to {export_checkpoints(config, export, stages.split(','))}")
+        typer.echo(f"exported to {export_checkpoints(config, export, stages.split(','), from_scratch=from_scratch)}")
         return
-    run_pipeline(config, train_only=train_only, stages=stages.split(",") if stages else None)
+    run_pipeline(config, train_only=train_only, stages=stages.split(",") if stages else None, from_scratch=from_scratch)
 
 
 @app.command()

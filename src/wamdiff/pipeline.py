@@ -34,7 +34,9 @@ class Pipeline:
     checkpoints: dict[str, Path] = field(default_factory=dict)  # stage name -> final model dir
 
     @classmethod
-    def load(cls, path: str | Path) -> "Pipeline":
+    def load(cls, path: str | Path, from_scratch: bool = False) -> "Pipeline":
+        """The config at `path`; `from_scratch` drops the given checkpoints (`checkpoints:`) of stages the config
+        can train, so those stages and what leads to them run too."""
         path = Path(path)
         if not path.is_file():
             raise ValueError(f"{path}: pipeline config not found")
@@ -42,6 +44,9 @@ class Pipeline:
         for key in ("out", "data"):
             if key not in cfg:
                 raise ValueError(f"{path}: missing top-level field '{key}'")
+        if from_scratch and cfg.get("checkpoints"):
+            trained = {s["name"] for s in cfg.get("train") or []}
+            cfg["checkpoints"] = {k: v for k, v in cfg["checkpoints"].items() if k not in trained}
         p = cls(path, cfg, Path(cfg["out"]))
         for name, ckpt in (cfg.get("checkpoints") or {}).items():  # demo: shipped checkpoints
             p.checkpoints[name] = Path(ckpt)
@@ -164,18 +169,32 @@ def _merge(base: dict, over: dict, where: str) -> dict:
     return out
 
 
+def _fingerprint(settings) -> str | None:
+    return None if settings is None else hashlib.sha256(
+        json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def stage_done(p: Pipeline, name: str, settings=None) -> dict | None:
+    """The stage's record when it finished earlier with the same `settings` (files written before fingerprints
+    existed count as done), else None."""
+    f = p.stage_file(name)
+    if not f.exists():
+        return None
+    done = json.loads(f.read_text())
+    return done if settings is None or done.get("settings_fingerprint") in (None, _fingerprint(settings)) else None
+
+
 def run_stage(p: Pipeline, name: str, fn: Callable[[], dict], settings=None) -> dict:
     """Run `fn` unless its stage file exists with the same `settings` (the config the stage depends on); record
     wall time, the result and the settings' fingerprint. A stage whose settings changed runs again (training
-    stages then resume from their last checkpoint); files written before fingerprints existed count as done."""
+    stages then resume from their last checkpoint)."""
     f = p.stage_file(name)
-    key = None if settings is None else hashlib.sha256(
-        json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    key = _fingerprint(settings)
+    done = stage_done(p, name, settings)
+    if done is not None:
+        console.print(f"[dim]stage {name}: done earlier, skipped[/dim]")
+        return done
     if f.exists():
-        done = json.loads(f.read_text())
-        if key is None or done.get("settings_fingerprint") in (None, key):
-            console.print(f"[dim]stage {name}: done earlier, skipped[/dim]")
-            return done
         console.print(f"stage {name}: its settings changed since it ran; running it again")
     console.rule(f"stage {name}")
     t0 = time.perf_counter()
@@ -313,22 +332,30 @@ def _threads(p: Pipeline) -> None:
         torch.set_num_threads(int(p.cfg["threads"]))
 
 
-def run_pipeline(config: str | Path, train_only: bool = False, stages: list[str] | None = None) -> dict:
-    """Every stage in order (finished ones skipped). `stages` runs only those training stages and stops: two
-    processes can then train independent chains (e.g. the teacher's) side by side on disjoint stages."""
+def run_pipeline(config: str | Path, train_only: bool = False, stages: list[str] | None = None,
+                 from_scratch: bool = False) -> dict:
+    """Every stage the pipeline needs (`schedule.stages_to_run`; finished ones skipped), `lanes` of them at once,
+    then the evaluation and the report. `stages` runs only those training stages, in order, and stops."""
     from wamdiff.evaluate import run_evaluation
     from wamdiff.report import write_report
+    from wamdiff.schedule import run_lanes, stage_command, stages_to_run
 
-    p = Pipeline.load(config)
+    p = Pipeline.load(config, from_scratch=from_scratch)
     _threads(p)
-    _log(p, f"pipeline start: {config} {provenance()}")
+    _log(p, f"pipeline start: {config}{' --from-scratch' if from_scratch else ''} {provenance()}")
     t0 = time.perf_counter()
     run_stage(p, "data", lambda: stage_data(p), settings=p.cfg["data"])
     unknown = set(stages or ()) - {s["name"] for s in training_stages(p)}
     if unknown:
         raise ValueError(f"{config}: no training stage named {sorted(unknown)}")
-    for spec in training_stages(p):
-        if stages is None or spec["name"] in stages:
+    plan = [s for s in training_stages(p) if s["name"] in stages] if stages is not None else \
+        stages_to_run(p.cfg, given=set(p.checkpoints))
+    lanes = int(p.cfg.get("lanes", 1))
+    if stages is None and lanes > 1:
+        run_lanes(plan, lanes, lambda s: stage_done(p, s["name"], s) is not None,
+                  lambda name: stage_command(p.config_path, name, from_scratch), p.out / "logs")
+    else:
+        for spec in plan:
             fn = stage_aggregate if "aggregate" in spec else stage_train
             run_stage(p, spec["name"], lambda spec=spec, fn=fn: fn(p, spec), settings=spec)
     if train_only or stages is not None:
@@ -339,7 +366,7 @@ def run_pipeline(config: str | Path, train_only: bool = False, stages: list[str]
     return results
 
 
-def export_checkpoints(config: str | Path, dest: str | Path, stages: list[str]) -> Path:
+def export_checkpoints(config: str | Path, dest: str | Path, stages: list[str], from_scratch: bool = False) -> Path:
     """Copy finished stages' models to `dest` in bf16 (half the bytes; loaded back as fp32) with the provenance
     (config, commit, stage metrics) and the pipeline's report table, for the demo to ship."""
     import shutil
@@ -348,7 +375,7 @@ def export_checkpoints(config: str | Path, dest: str | Path, stages: list[str]) 
 
     from wamdiff.models import load_model, save_model
 
-    p = Pipeline.load(config)
+    p = Pipeline.load(config, from_scratch=from_scratch)
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
     record = {"config": str(p.config_path), "config_text": p.config_path.read_text(), **provenance(), "stages": {}}

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import torch
 
+from wamdiff.decoding.readout import read_out
 from wamdiff.decoding.runner import StepRunner
 
 
 @torch.inference_mode()
-def decode_ar(runner: StepRunner, *, max_new_tokens: int, eos_id: int, pad_id: int, grammar_table=None):
-    """Returns (tokens [N, max_new_tokens] padded with pad_id, lengths [N], forwards [N], finished [N])."""
+def decode_ar(runner: StepRunner, *, max_new_tokens: int, eos_id: int, pad_id: int, grammar_table=None, readout=None):
+    """Returns (tokens [N, max_new_tokens] padded with pad_id, lengths [N], forwards [N], finished [N]).
+    `readout`: keyword arguments of `decoding.readout.read_out` (window, table); None = the most likely token."""
     n, p = runner.n, runner.P
     dev = runner.device
     out = torch.full((n, max_new_tokens), pad_id, dtype=torch.long, device=dev)
@@ -26,7 +28,7 @@ def decode_ar(runner: StepRunner, *, max_new_tokens: int, eos_id: int, pad_id: i
     for t in range(max_new_tokens):
         if grammar_table is not None:
             logits = logits.masked_fill(~grammar_table[t], float("-inf"))
-        tok = logits.argmax(-1)
+        tok = read_out(logits, t, **(readout or {}))[1]
         active = ~finished
         out[:, t] = torch.where(active, tok, out[:, t])
         forwards += active

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import torch
 
+from wamdiff.decoding.readout import read_out
 from wamdiff.decoding.runner import StepRunner
 
 
@@ -80,13 +81,6 @@ def _pow2(n: int) -> int:
     return 1 << max(0, n - 1).bit_length()
 
 
-def confidence(logits: torch.Tensor):
-    """(top probability, argmax) per position, in fp32, without materialising the softmax."""
-    logits = logits.float()
-    top, pred = logits.max(-1)
-    return torch.exp(top - torch.logsumexp(logits, -1)), pred
-
-
 @torch.inference_mode()
 def decode_block(
     runner: StepRunner,
@@ -102,11 +96,13 @@ def decode_block(
     grammar_table=None,
     delayed_cache: bool = False,
     trace=None,
+    readout=None,
 ):
     """Returns (tokens [N, A] (PAD after EOS), lengths [N], forwards [N], finished [N]).
 
     `trace(block_index, step, block_tokens_before, logits)` is called after every denoising forward (tests);
-    in delayed-cache steps the rows of positions that were not queried are NaN.
+    in delayed-cache steps the rows of positions that were not queried are NaN. `readout`: keyword arguments of
+    `decoding.readout.read_out` (window, table); None = the most likely token and its probability.
     """
     n, p, bsz = runner.n, runner.P, runner.B
     dev = runner.device
@@ -153,7 +149,7 @@ def decode_block(
                 full = logits if idx is None else torch.full((n, bsz, logits.shape[-1]), float("nan"), device=dev).scatter(
                     1, idx[..., None].expand_as(logits), logits.float())
                 trace(blk, step, x.clone(), full)
-            conf, pred = confidence(logits)
+            conf, pred = read_out(logits, blk * bsz + (cols if idx is None else idx), **(readout or {}))
             if idx is not None:  # back to block positions; positions without logits are never masked
                 conf = torch.full(x.shape, -1.0, device=dev).scatter(1, idx, conf)
                 pred = x.scatter(1, idx, pred)

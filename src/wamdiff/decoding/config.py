@@ -41,6 +41,10 @@ class DecodeConfig:
     prefill_cache: compute the vision tower's grid-only tables once per image grid (`decoding.prefill_cache`;
         bitwise the same outputs).
     grammar: optional `wamdiff.decoding.grammar.Grammar` (per-position allowed tokens).
+    ordinal_window: w > 0 reads a position whose tokens are grid values (the grammar's grids: `delta` and `bins`
+        answers) as the grid value nearest the probability-weighted mean within w grid steps of its most likely
+        value, with that window's probability as its confidence (`wamdiff.decoding.readout`); 0 = the most likely
+        token and its probability. Applies to AR and block decoding alike; needs the grammar.
     dtype: cast the model to this dtype first (IN PLACE; e.g. torch.bfloat16); None keeps it.
     compile: torch.compile the one-step function (same setting applies to AR and block). On CPU with
         inductor weight freezing: the compiled step keeps the weights it first saw (inference only; one
@@ -63,6 +67,7 @@ class DecodeConfig:
     lean: Literal["off", "head", "last_layer"] = "last_layer"
     prefill_cache: bool = True
     grammar: Any = None
+    ordinal_window: int = 0
     dtype: torch.dtype | str | None = None
     compile: bool = False
     cuda_graphs: bool = True
@@ -70,7 +75,7 @@ class DecodeConfig:
 
     def __post_init__(self) -> None:
         for name in ("mode", "strategy", "attention", "lean", "block_size", "threshold", "max_steps_per_block",
-                     "max_new_tokens"):
+                     "max_new_tokens", "ordinal_window"):
             reason = _field_error(name, getattr(self, name))
             if reason:
                 raise ValueError(f"DecodeConfig.{name} {reason}")
@@ -114,10 +119,10 @@ class DecodeConfig:
 OPTION_FIELDS = {"mode": "mode", "block": "block_size", "threshold": "threshold", "steps": "max_steps_per_block",
                  "strategy": "strategy", "max_new_tokens": "max_new_tokens", "delayed": "delayed_cache",
                  "fused_commit": "fused_commit", "dtype": "dtype", "compile": "compile", "attention": "attention",
-                 "lean": "lean", "prefill_cache": "prefill_cache"}
+                 "lean": "lean", "prefill_cache": "prefill_cache", "ordinal": "ordinal_window"}
 _FIELD_TYPES = {"mode": str, "block_size": int, "threshold": float, "max_steps_per_block": int, "strategy": str,
                 "max_new_tokens": int, "delayed_cache": bool, "fused_commit": bool, "dtype": str, "compile": bool,
-                "attention": str, "lean": str, "prefill_cache": bool}
+                "attention": str, "lean": str, "prefill_cache": bool, "ordinal_window": int}
 _KIND_WORDS = {int: "an integer", float: "a number", bool: "yes/no", str: "text"}
 assert set(_FIELD_TYPES) <= {f.name for f in fields(DecodeConfig)}
 DTYPE_NAMES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
@@ -140,6 +145,8 @@ def _field_error(name: str, value) -> str | None:
         return f"must lie in (0, 1], got {value!r}"
     if name in ("max_steps_per_block", "max_new_tokens") and value < 1:
         return f"must be >= 1, got {value!r}"
+    if name == "ordinal_window" and value < 0:
+        return f"must be >= 0 (0 = plain read-out), got {value!r}"
     return None
 
 

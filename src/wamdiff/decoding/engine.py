@@ -58,14 +58,20 @@ def generate(model, tokenizer, prompts, config: DecodeConfig | None = None, *, t
     if batch.pixel_values is not None:
         batch.pixel_values = batch.pixel_values.to(compute_dtype(model))
     vocab = model.config.get_text_config().vocab_size  # (lm_head may be wrapped, e.g. by peft while training)
-    table = None
+    table = ordinal = None
     if config.grammar is not None:
         table = config.grammar.table(config.max_new_tokens + 64, vocab, pad_id, device)
+    if config.ordinal_window > 0:
+        if config.grammar is None:
+            raise ValueError("DecodeConfig.ordinal_window needs a grammar of an ordinal answer format (delta, bins)")
+        ordinal = config.grammar.ordinal_table(config.max_new_tokens + 64, device)
+    readout = dict(window=config.ordinal_window, table=ordinal)
 
     if config.mode == "ar":
         runner = _make_runner(model, batch, 1, config)
         out, lengths, forwards, finished = decode_ar(
-            runner, max_new_tokens=config.max_new_tokens, eos_id=eos_id, pad_id=pad_id, grammar_table=table
+            runner, max_new_tokens=config.max_new_tokens, eos_id=eos_id, pad_id=pad_id, grammar_table=table,
+            readout=readout,
         )
     else:
         bs, mask_id = model_block_settings(model, tokenizer)
@@ -76,11 +82,14 @@ def generate(model, tokenizer, prompts, config: DecodeConfig | None = None, *, t
             raise ValueError(f"block decoding needs a mask token: model.config.mask_token_id or a {MASK!r} token")
         if table is not None and table.shape[0] < -(-config.max_new_tokens // bs) * bs:
             table = config.grammar.table(-(-config.max_new_tokens // bs) * bs, vocab, pad_id, device)
+            if ordinal is not None:
+                readout["table"] = config.grammar.ordinal_table(-(-config.max_new_tokens // bs) * bs, device)
         runner = _make_runner(model, batch, bs, config)
         out, lengths, forwards, finished = decode_block(
             runner, max_new_tokens=config.max_new_tokens, mask_id=mask_id, eos_id=eos_id, pad_id=pad_id,
             threshold=config.threshold, max_steps=config.max_steps_per_block, strategy=config.strategy,
             fused_commit=config.fused_commit, grammar_table=table, delayed_cache=config.delayed_cache, trace=trace,
+            readout=readout,
         )
     return to_generations(tokenizer, out, lengths, forwards, finished, eos_id)
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from wamdiff.decoding.readout import OrdinalTable
 from wamdiff.models.tokens import BIN_TOKENS, IM_END, token_id
 
 
@@ -143,6 +144,10 @@ class Grammar:
 
     classes: list[list[int]]
     name: str = "custom"
+    # ordinal formats (`driving.trajectory.ORDINAL_FORMATS`): the grids' token ids in value order, and each answer
+    # position's grid (-1: none); what `decoding.readout`'s ordinal read-out reads
+    axes: list[list[int]] | None = None
+    position_axis: list[int] | None = None
 
     @classmethod
     def from_template(cls, tokenizer, template, name: str = "template") -> "Grammar":
@@ -169,7 +174,9 @@ class Grammar:
         eos = tokenizer.convert_tokens_to_ids(IM_END)
         if eos is None or eos == getattr(tokenizer, "unk_token_id", None):
             raise ValueError(f"grammar for format {fmt!r}: tokenizer {tokenizer_name(tokenizer)} has no {IM_END!r}")
-        return cls([*token_classes(tokenizer, fmt), [eos]], fmt)
+        classes = [*token_classes(tokenizer, fmt), [eos]]
+        axes, position_axis = _ordinal_axes(tokenizer, fmt)
+        return cls(classes, fmt, axes, position_axis)
 
     @property
     def answer_tokens(self) -> int:
@@ -188,3 +195,31 @@ class Grammar:
                 t[i, allowed] = True
             tables[key] = t.to(device)
         return tables[key]
+
+    def ordinal_table(self, n_positions: int, device=None) -> OrdinalTable | None:
+        """The grids as tensors for `decoding.readout.read_out` (None for a format without grids); built once per
+        shape and device."""
+        if not self.axes:
+            return None
+        key = ("ordinal", n_positions, str(torch.device(device) if device is not None else "cpu"))
+        tables = self.__dict__.setdefault("_tables", {})
+        if key not in tables:
+            tables[key] = OrdinalTable.build(self.axes, self.position_axis, n_positions, device)
+        return tables[key]
+
+
+def _ordinal_axes(tokenizer, fmt: str) -> tuple[list[list[int]] | None, list[int] | None]:
+    """(grids, grid of each answer position) of an ordinal format: its cells are whole tokens listed in value
+    order (`format_cells`); (None, None) for other formats."""
+    from wamdiff.driving.trajectory import ORDINAL_FORMATS, format_cells  # noqa: PLC0415
+
+    if fmt not in ORDINAL_FORMATS:
+        return None, None
+    axes: list[list[int]] = []
+    position_axis = []
+    for cell in format_cells(fmt):
+        ids = [token_id(tokenizer, t) for t in cell]
+        if ids not in axes:
+            axes.append(ids)
+        position_axis.append(axes.index(ids))
+    return axes, position_axis

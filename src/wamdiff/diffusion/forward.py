@@ -16,7 +16,7 @@ import torch
 from wamdiff.diffusion.attention import install_attention, text_config
 from wamdiff.diffusion.masks import (
     check_block_size, decode_position_ids, encode_mask, prefill_mask_dense, prefix_position_ids, training_mask,
-    training_position_ids, uses_mrope,
+    training_mask_dense, training_position_ids, uses_mrope,
 )
 
 
@@ -76,6 +76,15 @@ def diffusion_forward(
         model, prompt_ids, prompt_mask, a, image_grid_thw=image_grid_thw, mm_token_type_ids=mm_token_type_ids
     )
     _check_length(model, pos)
+    if a <= block_size and not return_x0:
+        # One block: x_t block 0 attends the prefix and itself only, so no query reads the clean stream; without it
+        # the forward is a third shorter for a short answer (delta: 17 tokens) and the logits are the same.
+        p = prompt_ids.shape[1]
+        keep = torch.cat([torch.arange(p), torch.arange(p + a, p + 2 * a)]).to(prompt_ids.device)
+        dense = training_mask_dense(prompt_mask, answer_mask, block_size)[:, keep][:, :, keep]
+        mask = encode_mask(dense, attn, dtype=model.dtype)
+        return _run(model, torch.cat([prompt_ids, xt], dim=1), mask, pos[..., keep], a, pixel_values, image_grid_thw,
+                    mm_token_type_ids)
     mask = training_mask(prompt_mask, answer_mask, block_size, attn, dtype=model.dtype)
     ids = torch.cat([prompt_ids, x0, xt], dim=1)
     logits = _run(model, ids, mask, pos, 2 * a if return_x0 else a, pixel_values, image_grid_thw, mm_token_type_ids)

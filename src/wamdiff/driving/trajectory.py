@@ -33,6 +33,9 @@ from wamdiff.models.tokens import IM_END, N_BINS, PAD, bin_token
 
 FORMATS = ("text2", "text1", "fixed1", "fixed2", "bins", "delta")
 FIXED_WIDTH_FORMATS = ("fixed1", "fixed2", "bins", "delta")  # token positions never shift: a per-position grammar
+# one token per coordinate on a uniform grid, `format_cells` lists each cell's tokens in value order: neighbouring
+# tokens are neighbouring values (what the decoder's ordinal read-out relies on)
+ORDINAL_FORMATS = ("bins", "delta")
 N_POINTS = 8
 BINS = N_BINS  # one token per bin (models.tokens)
 BIN_RANGE_X = (-5.0, 120.0)
