@@ -224,15 +224,17 @@ def test_pipeline_specs_are_typed_and_checked_at_load(tmp_path):
     ar.mkdir()
     (ar / "config.json").write_text("{}")
     cfg = {"out": str(tmp_path / "run"), "data": {"fmt": "fixed1"}, "checkpoints": {"b32": str(ckpt), "ar_vla": str(ar)},
-           "evaluate": {"decode": {"mode": "block", "block": 32, "batch": 16},
+           "evaluate": {"decode": {"mode": "block", "block": 32, "batch": 16, "steps": 2, "ordinal": 2},
                         "planners": {"B32, <= 4 steps": "stage:b32,steps=4,delayed=1", "AR": "stage:ar_vla", "cv": "cv"}}}
     (tmp_path / "p.yaml").write_text(yaml.safe_dump(cfg))
     specs = Pipeline.load(tmp_path / "p.yaml").planners()
     capped = specs["B32, <= 4 steps"]
     assert capped.checkpoint == ckpt and capped.fmt == "fixed1" and capped.batch == 16
     assert capped.decode == replace(PlannerSpec.parse("model:x").decode, mode="block", block_size=32, max_steps_per_block=4,
-                                    delayed_cache=True)
+                                    delayed_cache=True, ordinal_window=2)
     assert specs["AR"].decode.mode == "ar"  # decided by the checkpoint (no saved diffusion settings), not its name
+    assert specs["AR"].decode == replace(PlannerSpec.parse("model:x").decode, mode="ar")  # greedy: no block settings
+    assert specs["AR"].batch == 16
     assert make_planner(specs["cv"]).name == "cv"
     cfg["evaluate"]["planners"]["bad"] = "stage:b32,threshold=2"
     (tmp_path / "p.yaml").write_text(yaml.safe_dump(cfg))

@@ -92,22 +92,24 @@ def test_a_stage_can_name_its_aggregation_rounds(tmp_path):
 
 
 def test_the_conversion_trains_on_one_mixture_it_can_make_from_the_ar_vla(tmp_path):
-    """Every stage of the student chain (curriculum, both distillations) sees the same data: the expert scenes, the
-    route-phase scenes and the round the given AR VLA drives itself (round 6), never the rounds of the AR chain,
-    which exist only when `--from-scratch` trains that chain."""
+    """Every stage after the AR VLA sees the same data: the expert scenes, the route-phase scenes and the round the
+    given AR VLA drives itself (round 6), never the rounds of the AR chain, which exist only when `--from-scratch`
+    trains that chain; the stages after `block32` add the round the student drives (round 7)."""
     from wamdiff.pipeline import Pipeline, training_sources
 
     p = Pipeline.load(ROOT / "configs" / "default.yaml")
     p.out = tmp_path
-    _write_rounds(p.data_dir, dict.fromkeys(range(7), 1))
+    _write_rounds(p.data_dir, dict.fromkeys(range(8), 1))
     stages = {s["name"]: s for s in p.cfg["train"] if "recipe" in s}
 
     def mixture(name):
         return sorted((Path(s["path"]).relative_to(p.out).as_posix(), s["weight"]) for s in training_sources(p, stages[name]))
 
-    student_chain = ["block1", "block4", "block8", "block16", "block32", "distill_block", "distill_model"]
-    assert all(mixture(name) == mixture("block1") for name in student_chain)
-    assert mixture("block1") == sorted([("data/train.json", 1.0), ("data/train_qa.json", p.cfg["data"]["qa_weight"]),
-                                        ("data_phases/train.json", 1.0), ("data/agg_r6.json", 0.5)])
-    producer = {s["aggregate"]["round"]: s for s in p.cfg["train"] if "aggregate" in s}
-    assert producer[6]["aggregate"]["planner"] == "ar_vla" and "ar_vla" in p.cfg["checkpoints"]
+    base = [("data/train.json", 1.0), ("data/train_qa.json", p.cfg["data"]["qa_weight"]), ("data_phases/train.json", 1.0)]
+    for name in ["block1", "block4", "block8", "block16", "block32", "teacher_ar", "teacher_block4", "teacher_block32"]:
+        assert mixture(name) == sorted([*base, ("data/agg_r6.json", 0.5)]), name
+    for name in ["distill_block", "distill_model"]:
+        assert mixture(name) == sorted([*base, ("data/agg_r6.json", 0.25), ("data/agg_r7.json", 0.25)]), name
+    producer = {s["aggregate"]["round"]: s["aggregate"]["planner"] for s in p.cfg["train"] if "aggregate" in s}
+    assert producer[6] == "ar_vla" and "ar_vla" in p.cfg["checkpoints"]
+    assert producer[7].split(",")[0] == "block32"

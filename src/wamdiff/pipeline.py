@@ -24,6 +24,9 @@ from wamdiff.provenance import provenance
 
 console = Console()
 
+# `evaluate.decode` options that set how a diffusion student decodes; an AR row leaves them out (its own row may not)
+BLOCK_DECODE_OPTIONS = ("block", "threshold", "steps", "strategy", "delayed", "fused_commit", "ordinal")
+
 
 # ------------------------------------------------------------------------------------------ config
 @dataclass
@@ -108,12 +111,12 @@ class Pipeline:
         if not spec.startswith("stage:"):
             return PlannerSpec.parse(spec)
         stage, *items = spec.split(":", 1)[1].split(",")
-        options = {"fmt": self.stage_format(stage), **self.cfg.get("evaluate", {}).get("decode", {}),
-                   **split_options(spec, items)}
-        if not self.is_diffusion_stage(stage):
-            options["mode"] = "ar"
-            options.pop("block", None)
-        return PlannerSpec.model(self.checkpoint(stage), options, text=spec)
+        decode, own = dict(self.cfg.get("evaluate", {}).get("decode", {})), split_options(spec, items)
+        if not self.is_diffusion_stage(stage):  # an AR row decodes greedily: `evaluate.decode`'s block settings
+            decode = {k: v for k, v in decode.items() if k not in BLOCK_DECODE_OPTIONS}  # are the students'
+            own = {**own, "mode": "ar"}
+            own.pop("block", None)
+        return PlannerSpec.model(self.checkpoint(stage), {"fmt": self.stage_format(stage), **decode, **own}, text=spec)
 
     def planners(self) -> dict:
         """{report row name: PlannerSpec} of `evaluate.planners`."""

@@ -5,6 +5,7 @@ from wamdiff._lazy import lazy_exports
 __getattr__, __all__ = lazy_exports(__name__, {
     "build": ["PRESETS", "Preset", "build_config", "build_model", "count_parameters", "is_vision_model", "load_model",
               "model_info", "save_model"],
+    "grow": ["grow_depth"],
     "image_geometry": ["image_processor_for", "image_tokens"],
     "convert": ["DiffusionSettings", "diffusion_settings", "set_block_size", "to_diffusion"],
     "processor": ["EncodedPrompt", "encode_answer", "encode_prompt"],

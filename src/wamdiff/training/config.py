@@ -72,6 +72,8 @@ class ModelSection:
     block_size: int = 1  # ignored by ar_sft
     dtype: str = "fp32"  # the weights' storage: fp32 | bf16 (frozen bf16 weights compute in fp32 on CPUs without bf16)
     gradient_checkpointing: bool = False  # recompute each layer in backward: activations of one layer at a time
+    grow: int = 1  # > 1: the init checkpoint's text decoder stacked this many times deep (`models.grow`): a larger
+    # teacher that starts as exactly the init model
     lora: LoraSection = field(default_factory=LoraSection)
 
 
@@ -316,6 +318,10 @@ def validate(r: Recipe) -> Recipe:
         bad("model", "give model.init (checkpoint) or model.preset")
     if r.block_size < 1:
         bad("model.block_size", f"must be >= 1, got {r.block_size}")
+    if r.model.grow < 1:
+        bad("model.grow", f"must be >= 1 (1 = as loaded), got {r.model.grow}")
+    if r.model.grow > 1 and r.model.init is None:
+        bad("model.grow", "grows a trained model: give model.init")
     if r.optim.steps < 1 or r.optim.batch_size < 1 or r.optim.grad_accum < 1:
         bad("optim", "steps, batch_size and grad_accum must be >= 1")
     if r.model.dtype not in WEIGHT_DTYPES:

@@ -18,6 +18,7 @@ def load_student(recipe: Recipe):
     weights in `model.dtype`; the image processor is the model's own geometry (`models.image_processor_for`)."""
     from wamdiff.models.build import build_model, load_model
     from wamdiff.models.convert import to_diffusion
+    from wamdiff.models.grow import grow_depth
     from wamdiff.models.image_geometry import image_processor_for
     from wamdiff.models.tokenizer import build_tokenizer
 
@@ -25,6 +26,7 @@ def load_student(recipe: Recipe):
         if not Path(recipe.model.init).exists():
             raise ValueError(f"recipe {recipe.name!r} field model.init: checkpoint {recipe.model.init} does not exist")
         model, tokenizer = load_model(recipe.model.init, dtype=WEIGHT_DTYPES[recipe.model.dtype])
+        grow_depth(model, recipe.model.grow)
     else:
         tokenizer = build_tokenizer()
         model = build_model(recipe.model.preset, tokenizer, vision=recipe.model.vision, seed=recipe.seed)
