@@ -130,3 +130,44 @@ def test_topk_overlap():
     top = a[0, 0].topk(5).indices
     b[0, 0, top[:2]] = -100.0  # two of row (0,0)'s top-5 leave it
     assert torch.isclose(topk_overlap(a, b, mask, k=5), torch.tensor(1 - 2 / 5 / 10))
+
+
+# ------------------------------------------------------------------------------------ ordinal (grid) targets
+def _brute_grid_ce(logits: list[float], target: int, grids: list[list[int]], sigma: float) -> float:
+    z = max(logits)
+    logp = [v - z - math.log(sum(math.exp(u - z) for u in logits)) for v in logits]
+    for grid in grids:
+        if target in grid:
+            j = grid.index(target)
+            q = [math.exp(-0.5 * ((k - j) / sigma) ** 2) for k in range(len(grid))]
+            return -sum(qk / sum(q) * logp[tok] for qk, tok in zip(q, grid))
+    return -logp[target]
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000), sigma=st.floats(0.3, 4.0))
+def test_grid_cross_entropy_equals_brute_force(seed, sigma):
+    from wamdiff.diffusion.grids import Grids
+    from wamdiff.diffusion.losses import grid_cross_entropy
+
+    g = torch.Generator().manual_seed(seed)
+    axes = [list(range(3, 15)), list(range(20, 27))]
+    logits = torch.randn(9, 30, generator=g) * 3
+    target = torch.tensor([3, 9, 14, 20, 26, 0, 29, 17, 23])  # grid ends, middles, and tokens on no grid
+    got = grid_cross_entropy(logits, target, Grids.build(axes), sigma)
+    for i in range(len(target)):
+        assert got[i].item() == pytest.approx(_brute_grid_ce(logits[i].tolist(), int(target[i]), axes, sigma), rel=1e-5)
+
+
+def test_grid_targets_reward_a_near_miss_and_reduce_to_one_hot():
+    from wamdiff.diffusion.grids import Grids
+
+    grids = Grids.build([list(range(10))])
+    x0 = torch.tensor([[4]])
+    near, far = torch.full((1, 1, 12), -5.0), torch.full((1, 1, 12), -5.0)
+    near[0, 0, 5], far[0, 0, 9] = 5.0, 5.0  # confident one grid step off, or five
+    t, masked = torch.ones(1, 1), torch.ones(1, 1, dtype=torch.bool)
+    loss = lambda lg, s: masked_diffusion_loss(lg, x0, masked, t, grids=grids, sigma=s)  # noqa: E731
+    assert loss(near, 0.0) == pytest.approx(loss(far, 0.0).item())  # one-hot: every miss costs the same
+    assert loss(near, 1.0) < loss(far, 1.0) - 2  # Gaussian targets: the near miss is cheaper
+    assert loss(near, 1e-3) == pytest.approx(loss(near, 0.0).item(), rel=1e-4)  # a narrow Gaussian is one-hot

@@ -243,3 +243,20 @@ def test_vision_tower_and_language_model_follow_their_own_schedules(data, tmp_pa
     assert seen[0] == pytest.approx((5e-4, 5e-5)) and seen[1] == pytest.approx((1e-3, 1e-4))  # warm-up
     assert seen[3][0] == pytest.approx(1e-3 * 0.5 * (1 + math.cos(math.pi * 0.5)))  # cosine, step 3 of 4
     assert seen[3][0] / seen[3][1] == pytest.approx(10.0)
+
+
+def test_ordinal_targets_train_a_delta_student(tmp_path):
+    """`diffusion.ordinal_sigma`: the objective gets the vocabulary's grids and the stage learns delta answers; a
+    recipe asking for ordinal targets without grids is refused."""
+    from wamdiff.training.config import load_recipe as load
+    from wamdiff.training.objectives import build_objective
+
+    data = make_data(tmp_path / "data", n_train=4, n_val=2, n_qa=2, fmt="delta")
+    rec = tiny_recipe(data, tmp_path / "run", "block", model={"preset": "tiny", "block_size": 32},
+                      optim={"steps": 12}, diffusion={"ordinal_sigma": 1.0})
+    trainer = Trainer(load(rec))
+    assert trainer.objective.grids is not None and trainer.objective.grids.ids.shape[0] == 3  # bins, dx, dy
+    m = trainer.run().metrics
+    assert math.isfinite(m["final_train_loss"]) and m["val_loss"] < m["val_loss_start"] - 0.3
+    with pytest.raises(ValueError, match="ordinal_sigma"):
+        build_objective(load(rec), 0, grids=None)

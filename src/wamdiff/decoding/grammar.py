@@ -209,17 +209,10 @@ class Grammar:
 
 
 def _ordinal_axes(tokenizer, fmt: str) -> tuple[list[list[int]] | None, list[int] | None]:
-    """(grids, grid of each answer position) of an ordinal format: its cells are whole tokens listed in value
-    order (`format_cells`); (None, None) for other formats."""
-    from wamdiff.driving.trajectory import ORDINAL_FORMATS, format_cells  # noqa: PLC0415
+    """(grids as token ids, grid of each answer position) of an ordinal format; (None, None) for other formats."""
+    from wamdiff.driving.trajectory import ORDINAL_FORMATS, ordinal_layout  # noqa: PLC0415
 
     if fmt not in ORDINAL_FORMATS:
         return None, None
-    axes: list[list[int]] = []
-    position_axis = []
-    for cell in format_cells(fmt):
-        ids = [token_id(tokenizer, t) for t in cell]
-        if ids not in axes:
-            axes.append(ids)
-        position_axis.append(axes.index(ids))
-    return axes, position_axis
+    grids, position_axis = ordinal_layout(fmt)
+    return [[token_id(tokenizer, t) for t in grid] for grid in grids], position_axis

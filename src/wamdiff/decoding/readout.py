@@ -21,28 +21,22 @@ from dataclasses import dataclass
 
 import torch
 
+from wamdiff.diffusion.grids import Grids
+
 
 @dataclass(frozen=True)
 class OrdinalTable:
-    """Grids per answer position, as tensors: `ids[a]` the token ids of grid a in value order (padded to the longest
-    grid, `valid` False at padding), `position_axis[i]` the grid of answer position i or -1 (not a grid value)."""
+    """The grids (`diffusion.grids.Grids`) and each answer position's grid (`position_axis[i]`, -1: none)."""
 
-    ids: torch.LongTensor  # [n_axes, K]
-    valid: torch.BoolTensor  # [n_axes, K]
+    grids: Grids
     position_axis: torch.LongTensor  # [n_positions]
 
     @classmethod
     def build(cls, axes: list[list[int]], position_axis: list[int], n_positions: int, device=None) -> "OrdinalTable":
-        k = max(len(a) for a in axes)
-        ids = torch.zeros(len(axes), k, dtype=torch.long)
-        valid = torch.zeros(len(axes), k, dtype=torch.bool)
-        for a, grid in enumerate(axes):
-            ids[a, : len(grid)] = torch.tensor(grid)
-            valid[a, : len(grid)] = True
         pos = torch.full((n_positions,), -1, dtype=torch.long)
         m = min(n_positions, len(position_axis))
         pos[:m] = torch.tensor(position_axis[:m], dtype=torch.long)
-        return cls(ids.to(device), valid.to(device), pos.to(device))
+        return cls(Grids.build(axes, device), pos.to(device))
 
 
 def read_out(logits: torch.Tensor, positions: torch.Tensor | int | None = None, *, window: int = 0,
@@ -59,8 +53,8 @@ def read_out(logits: torch.Tensor, positions: torch.Tensor | int | None = None, 
         return conf, pred
     positions = torch.as_tensor(positions, device=logits.device).clamp_max(len(table.position_axis) - 1)
     axis = table.position_axis[positions].expand(pred.shape)
-    ids = table.ids[axis.clamp_min(0)]  # [..., K]
-    valid = table.valid[axis.clamp_min(0)]
+    ids = table.grids.ids[axis.clamp_min(0)]  # [..., K]
+    valid = table.grids.valid[axis.clamp_min(0)]
     p = torch.exp(logits.gather(-1, ids) - lse[..., None]).masked_fill(~valid, 0.0)
     mode = p.argmax(-1, keepdim=True)
     grid = torch.arange(ids.shape[-1], device=ids.device)

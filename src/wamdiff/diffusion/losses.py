@@ -13,6 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
+from wamdiff.diffusion.grids import Grids
+
 
 def _answer_lengths(answer_mask, like):
     if answer_mask is None:
@@ -26,13 +28,36 @@ def _per_sample_mean(values, rows, n, lengths):
     return (sums / lengths).mean()
 
 
-def masked_diffusion_loss(logits, x0, masked, t, answer_mask=None):
+def masked_diffusion_loss(logits, x0, masked, t, answer_mask=None, *, grids: Grids | None = None, sigma: float = 0.0):
     """Masked-diffusion ELBO: CE at masked xt positions against the clean token at the SAME position, weight 1/t,
     summed per sample / answer length, mean over samples. logits [N, A, V]; x0, masked, t, answer_mask [N, A].
-    A sample with no masked token contributes 0 (no division by the mask count)."""
+    A sample with no masked token contributes 0 (no division by the mask count). With `grids` and `sigma` > 0 a
+    target on a value grid is a Gaussian over its neighbours (`grid_cross_entropy`)."""
     rows, cols = masked.nonzero(as_tuple=True)
-    ce = F.cross_entropy(logits[rows, cols].float(), x0[rows, cols], reduction="none")
+    if grids is not None and sigma > 0:
+        ce = grid_cross_entropy(logits[rows, cols].float(), x0[rows, cols], grids, sigma)
+    else:
+        ce = F.cross_entropy(logits[rows, cols].float(), x0[rows, cols], reduction="none")
     return _per_sample_mean(ce / t[rows, cols].float(), rows, logits.shape[0], _answer_lengths(answer_mask, x0))
+
+
+def grid_cross_entropy(logits, target, grids: Grids, sigma: float):
+    """Per-row CE [M] of logits [M, V] against `target` [M]; a target on a value grid (a `delta` displacement, a bin)
+    becomes a Gaussian over that grid, `sigma` grid steps wide (HL-Gauss, "Stop Regressing", Farebrother et al.
+    2024): one-hot CE calls the neighbouring value as wrong as a far one, the Gaussian teaches that values are
+    ordered and puts the model's mass where the decoder's ordinal read-out reads it. Other targets stay one-hot."""
+    logp = logits.log_softmax(-1)
+    hard = -logp.gather(-1, target[:, None]).squeeze(-1)
+    axis, index = grids.locate(target)
+    on = axis >= 0
+    if not bool(on.any()):
+        return hard
+    ids, valid = grids.ids[axis.clamp_min(0)], grids.valid[axis.clamp_min(0)]  # [M, K]
+    offset = torch.arange(ids.shape[1], device=ids.device)[None] - index[:, None]
+    q = torch.exp(-0.5 * (offset / sigma) ** 2) * valid
+    q = q / q.sum(-1, keepdim=True)
+    soft = -(q * logp.gather(-1, ids)).sum(-1)
+    return torch.where(on, soft, hard)
 
 
 def _jsd_rows(student, teacher, beta: float, temperature: float):

@@ -107,6 +107,9 @@ class OptimSection:
 class DiffusionSection:
     min_rate: float = 0.05  # per-block mask rate clipped to >= this (bounds the 1/t weight)
     complementary: bool = False  # add the complementary-masked copy of each sample
+    # > 0: a masked target on a value grid (delta displacements, bins) is a Gaussian this many grid steps wide over
+    # its neighbours instead of one-hot (`diffusion.losses.grid_cross_entropy`); 0 = one-hot
+    ordinal_sigma: float = 0.0
 
 
 @dataclass
@@ -337,6 +340,8 @@ def validate(r: Recipe) -> Recipe:
         bad("optim.mixed_precision", f"{r.optim.mixed_precision!r} is not bf16 | no")
     if not 0.0 < r.diffusion.min_rate <= 1.0:
         bad("diffusion.min_rate", "must be in (0, 1]")
+    if r.diffusion.ordinal_sigma < 0:
+        bad("diffusion.ordinal_sigma", f"must be >= 0 (0 = one-hot targets), got {r.diffusion.ordinal_sigma}")
     if r.optim.ema_decay is not None and not 0.0 <= r.optim.ema_decay < 1.0:
         bad("optim.ema_decay", f"must be in [0, 1) (or null: off), got {r.optim.ema_decay}")
     if r.optim.ema_decay is not None and lora.rank:

@@ -71,11 +71,19 @@ class Objective:
 
     streams = 2  # answer copies in the forward layout (x0 and xt), for token counting
 
-    def __init__(self, recipe, mask_token_id: int):
+    def __init__(self, recipe, mask_token_id: int, grids=None):
         self.recipe = recipe
         self.block_size = recipe.block_size
         self.mask_token_id = mask_token_id
         self.teacher = None
+        self.grids = grids  # the vocabulary's value grids, for `diffusion.ordinal_sigma` targets
+
+    def masked_ce(self, logits, inputs: "StepInputs") -> torch.Tensor:
+        """The masked-diffusion CE of the student's logits (ordinal targets on value grids when configured)."""
+        from wamdiff.diffusion.losses import masked_diffusion_loss
+
+        return masked_diffusion_loss(logits, inputs.batch.x0, self.masked(inputs), inputs.t, inputs.batch.answer_mask,
+                                     grids=self.grids, sigma=self.recipe.diffusion.ordinal_sigma)
 
     @property
     def block_multiple(self) -> int:
@@ -154,18 +162,14 @@ class BlockDiffusion(Objective):
     """Masked-diffusion cross-entropy at the masked x_t positions, 1/t weighted."""
 
     def loss(self, model, inputs: StepInputs) -> tuple[torch.Tensor, dict]:
-        from wamdiff.diffusion.losses import masked_diffusion_loss
-
-        logits = self.student_logits(model, inputs)
-        masked = self.masked(inputs)
-        return masked_diffusion_loss(logits, inputs.batch.x0, masked, inputs.t, inputs.batch.answer_mask), {}
+        return self.masked_ce(self.student_logits(model, inputs), inputs), {}
 
 
 class Distill(Objective):
     """Shared by distill_block and distill_model: frozen teacher, symmetric JSD at masked x_t positions."""
 
-    def __init__(self, recipe, mask_token_id: int, teacher):
-        super().__init__(recipe, mask_token_id)
+    def __init__(self, recipe, mask_token_id: int, teacher, grids=None):
+        super().__init__(recipe, mask_token_id, grids)
         self.teacher = teacher.eval().requires_grad_(False)
         self.teacher_kind = recipe.teacher.kind
         self.teacher_block_size = recipe.teacher_block_size
@@ -184,7 +188,7 @@ class Distill(Objective):
         return diffusion_forward(self.teacher, x0=b.x0, xt=inputs.xt, block_size=self.teacher_block_size, **_inputs_for(self.teacher, b))
 
     def loss(self, model, inputs: StepInputs) -> tuple[torch.Tensor, dict]:
-        from wamdiff.diffusion.losses import masked_diffusion_loss, symmetric_jsd
+        from wamdiff.diffusion.losses import symmetric_jsd
 
         cfg = self.recipe.teacher
         s_logits = self.student_logits(model, inputs)
@@ -196,7 +200,7 @@ class Distill(Objective):
         logs = {"kd_loss": kd.detach()}
         if cfg.kd_ratio >= 1.0:
             return kd, logs
-        ce = masked_diffusion_loss(s_logits, inputs.batch.x0, masked, inputs.t, inputs.batch.answer_mask)
+        ce = self.masked_ce(s_logits, inputs)
         logs["ce_loss"] = ce.detach()
         return cfg.kd_ratio * kd + (1.0 - cfg.kd_ratio) * ce, logs
 
@@ -209,9 +213,13 @@ OBJECTIVES = {  # the registry: one line per recipe kind
 }
 
 
-def build_objective(recipe, mask_token_id: int, teacher=None) -> Objective:
+def build_objective(recipe, mask_token_id: int, teacher=None, grids=None) -> Objective:
+    """The recipe kind's objective; `grids` (`diffusion.grids.Grids` of the vocabulary) for ordinal targets."""
+    if recipe.kind.diffusion and recipe.diffusion.ordinal_sigma > 0 and grids is None:
+        raise ValueError(f"recipe {recipe.name!r} field diffusion.ordinal_sigma: the tokenizer has no value grid "
+                         "(delta or bin tokens)")
     if recipe.kind.distills:
         if teacher is None:
             raise ValueError(f"recipe {recipe.name!r}: {recipe.kind} needs a teacher model")
-        return Distill(recipe, mask_token_id, teacher)
-    return OBJECTIVES[recipe.kind](recipe, mask_token_id)
+        return Distill(recipe, mask_token_id, teacher, grids)
+    return OBJECTIVES[recipe.kind](recipe, mask_token_id, grids)

@@ -32,18 +32,20 @@ def _image(rng: np.random.Generator, path: Path) -> str:
     return str(path)
 
 
-def trajectory_text(rng: np.random.Generator, n_points: int = 8) -> str:
+def trajectory_text(rng: np.random.Generator, n_points: int = 8, fmt: str = "text2") -> str:
+    """A smooth curve at a random speed; `fmt` other than text2 (8 points only) through `driving.trajectory`."""
     v = rng.uniform(2, 12)
     curve = rng.uniform(-0.3, 0.3)
-    pts = []
-    for k in range(1, n_points + 1):
-        s = v * 0.5 * k
-        pts += [f"{s:.2f}", f"{curve * s * s / 10:.2f}"]
-    return ",".join(pts)
+    s = v * 0.5 * np.arange(1, n_points + 1)
+    if fmt != "text2":
+        from wamdiff.driving.trajectory import format_trajectory  # noqa: PLC0415
+
+        return format_trajectory(np.stack([s, curve * s * s / 10], 1), fmt)
+    return ",".join(f"{a:.2f},{b:.2f}" for a, b in zip(s, curve * s * s / 10))
 
 
 def write_dataset(directory: str | Path, *, n_train: int = 6, n_val: int = 4, n_qa: int = 4, seed: int = 0,
-                  n_points: int = 8) -> dict[str, Path]:
+                  n_points: int = 8, fmt: str = "text2") -> dict[str, Path]:
     """DIR/train.json, val.json, train_qa.json, val_qa.json (+ DIR/images/*.png); returns their paths."""
     directory = Path(directory)
     (directory / "images").mkdir(parents=True, exist_ok=True)
@@ -56,7 +58,7 @@ def write_dataset(directory: str | Path, *, n_train: int = 6, n_val: int = 4, n_
             cmd = ["left", "straight", "right"][i % 3]
             human = PROMPT.format(cmd=cmd, vx=rng.uniform(0, 12), vy=rng.uniform(-0.5, 0.5), ax=rng.uniform(-1, 1), ay=rng.uniform(-1, 1))
             out.append({"datasource": "synthetic", "id": f"{split}-{i}", "image": [img],
-                        "conversations": [{"from": "human", "value": human}, {"from": "gpt", "value": trajectory_text(rng, n_points)}]})
+                        "conversations": [{"from": "human", "value": human}, {"from": "gpt", "value": trajectory_text(rng, n_points, fmt)}]})
         return out
 
     def qa(split: str, n: int) -> list[dict]:

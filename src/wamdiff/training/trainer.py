@@ -137,7 +137,7 @@ class Trainer:
         self.ema = self._start_average()
         self.mask_id, self.pad_id = token_id(self.tokenizer, MASK), token_id(self.tokenizer, PAD)
         teacher = load_teacher(r, self.tokenizer) if r.kind.distills else None
-        self.objective: Objective = build_objective(r, self.mask_id, teacher)
+        self.objective: Objective = build_objective(r, self.mask_id, teacher, self._grids())
         if teacher is not None:
             teacher.to(self.accelerator.device)
         self._load_data()
@@ -230,6 +230,16 @@ class Trainer:
             self.model.config.wamdiff_camera = recorded["camera"]
         if recorded["answer_format"] is not None:  # a planner spec then needs no fmt=
             self.model.config.wamdiff_answer_format = recorded["answer_format"]
+
+    def _grids(self):
+        """The vocabulary's value grids when the recipe asks for ordinal targets (`diffusion.ordinal_sigma`)."""
+        if self.recipe.diffusion.ordinal_sigma <= 0:
+            return None
+        from wamdiff.diffusion.grids import Grids
+        from wamdiff.driving.trajectory import vocabulary_grids
+
+        axes = vocabulary_grids(self.tokenizer)
+        return Grids.build(axes, self.accelerator.device) if axes else None
 
     def _distribute(self) -> None:
         """Place the model for the launch: one process, plain data parallel, or FSDP / DeepSpeed.
