@@ -12,3 +12,49 @@ def test_interval_plot_takes_a_full_success_rate(tmp_path):
                "closed": {"planners": {"expert": {"overall": {"success_rate": 1.0, "success_rate_ci95": list(ci)}}}}}
     path = plot_quality_rows(rows, results, tmp_path / "q.png")
     assert path is not None and path.stat().st_size > 0
+
+
+def test_paired_difference_column_and_steps_after_the_ar_vla(tmp_path):
+    """ΔPDMS vs AR is the mean over shared scenes of the per-scene difference (hand-computed here), and the steps
+    column sums a stage's init chain from the given AR VLA."""
+    import json
+
+    import yaml
+
+    from wamdiff.eval.intervals import mean_ci95, paired_ci95
+    from wamdiff.eval.report import planner_files
+    from wamdiff.pipeline import Pipeline
+    from wamdiff.report import plot_compute, table_rows
+
+    ar = tmp_path / "ar"
+    ar.mkdir()
+    (ar / "config.json").write_text("{}")
+    cfg = {"out": str(tmp_path / "run"), "data": {"fmt": "delta"}, "checkpoints": {"ar_vla": str(ar)},
+           "train": [{"name": "b1", "recipe": "configs/recipes/block1.yaml", "init": "ar_vla"},
+                     {"name": "b32", "recipe": "configs/recipes/block32.yaml", "init": "b1"}],
+           "evaluate": {"decode": {"mode": "block", "block": 17},
+                        "planners": {"AR": "stage:ar_vla", "B32": "stage:b32", "cv": "cv"}},
+           "bench": {"ar": "ar_vla", "diffusion": "b32"}}
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(cfg))
+    p = Pipeline.load(tmp_path / "p.yaml")
+    for stage, steps in (("b1", 200), ("b32", 800)):
+        p.stage_file(stage).parent.mkdir(parents=True, exist_ok=True)
+        p.stage_file(stage).write_text(json.dumps({"steps": steps}))
+    files = planner_files([s.text for s in p.planners().values()])
+    scores = {"AR": [0.9, 0.8, 1.0, 0.7], "B32": [0.95, 0.7, 1.0, 0.9]}
+    (p.out / "eval").mkdir(parents=True)
+    for name, vals in scores.items():
+        lines = [f"s{i},True,{v}" for i, v in enumerate(vals)] + (["only_ar,True,0.0"] if name == "AR" else [])
+        (p.out / "eval" / f"pdms_{files[p.planners()[name].text]}.csv").write_text(
+            "scene_id,valid,pdms\n" + "\n".join(lines) + "\n")  # the AR-only scene is left out of the pairs
+    results = {"open": {"planners": {n: {"pdms": {"overall": {"pdms": sum(v) / 4, "pdms_ci95": [0.7, 0.95]}}}
+                                     for n, v in scores.items()}}}
+    got = {r["planner"]: r for r in table_rows(p, results)}
+    diffs = [b - a for a, b in zip(scores["AR"], scores["B32"])]
+    lo, hi = mean_ci95(diffs)
+    assert got["B32"]["d_pdms"] == "{:+.1f} ({:+.1f}…{:+.1f})".format(100 * sum(diffs) / 4, 100 * lo, 100 * hi)
+    assert got["AR"]["d_pdms"] is None and got["cv"]["d_pdms"] is None
+    assert paired_ci95({"a": 1.0}, {"b": 1.0}) is None
+    assert got["B32"]["train_steps"] == 1000 and got["AR"]["train_steps"] == 0 and got["cv"]["train_steps"] is None
+    rows = [{**r, "l2_4s": 2.0} for r in got.values()]
+    assert plot_compute(rows, results, tmp_path / "c.png").stat().st_size > 0

@@ -21,7 +21,8 @@ from wamdiff.decoding.speed import times_ar
 from wamdiff.jsonfile import write_json
 
 COLUMNS = [  # (key, header, format)
-    ("pdms", "PDMS", "{:.1f}"), ("pdms_ci", "± 95 %", "{:.1f}"), ("nc", "NC", "{:.3f}"), ("dac", "DAC", "{:.3f}"), ("ttc", "TTC", "{:.3f}"),
+    ("pdms", "PDMS", "{:.1f}"), ("pdms_ci", "± 95 %", "{:.1f}"), ("d_pdms", "ΔPDMS vs AR (paired 95 %)", "{}"),
+    ("train_steps", "steps after the AR VLA", "{:d}"), ("nc", "NC", "{:.3f}"), ("dac", "DAC", "{:.3f}"), ("ttc", "TTC", "{:.3f}"),
     ("ep", "EP", "{:.3f}"), ("c", "C", "{:.3f}"),
     ("l2_1s", "L2@1s", "{:.2f}"), ("l2_2s", "L2@2s", "{:.2f}"), ("l2_3s", "L2@3s", "{:.2f}"), ("l2_4s", "L2@4s", "{:.2f}"),
     ("jumps", "jumps %", "{:.1f}"), ("failed", "failed plans %", "{:.1f}"), ("fallback", "fallback plans", "{:d}"),
@@ -55,14 +56,49 @@ def _speed_reference(p, specs: dict) -> str | None:
     return source or next(iter(ar_rows), None)
 
 
+def scene_pdms(p, specs: dict) -> dict[str, dict[str, float]]:
+    """Per planner: {scene id: PDMS} of the test split (the evaluation's per-scene CSVs), for paired comparisons."""
+    from wamdiff.eval.report import planner_files
+
+    files = planner_files([s.text for s in specs.values()])
+    out = {}
+    for name, spec in specs.items():
+        path = p.out / "eval" / f"pdms_{files[spec.text]}.csv"
+        if path.exists():
+            with open(path) as fh:
+                out[name] = {r["scene_id"]: float(r["pdms"]) for r in csv.DictReader(fh) if r["valid"] == "True"}
+    return out
+
+
+def steps_after(p, stage: str) -> int | None:
+    """Training steps from the given AR VLA (or from scratch) to `stage`'s checkpoint: its own steps plus its init
+    chain's, as the stage records say; 0 for a given checkpoint; None where a record is missing."""
+    train = {s["name"]: s for s in p.cfg.get("train") or []}
+    total = 0
+    while stage in train and stage not in p.checkpoints:
+        f = p.stage_file(stage)
+        if not f.exists() or "recipe" not in train[stage]:
+            return None
+        total += int(json.loads(f.read_text()).get("steps") or 0)
+        stage = train[stage].get("init")
+    return total
+
+
+def _paired_text(d) -> str | None:
+    return None if d is None else "{:+.1f} ({:+.1f}…{:+.1f})".format(100 * d[0], *(100 * x for x in d[1]))
+
+
 def table_rows(p, results: dict) -> list[dict]:
     """One dict per planner with the COLUMNS keys (None where a figure does not apply)."""
+    from wamdiff.eval.intervals import paired_ci95
+
     open_ = _get(results, "open", "planners") or {}
     closed = _get(results, "closed", "planners") or {}
     qa_res = _get(results, "qa", "planners") or {}
     specs = p.planners()
     ar_name = _speed_reference(p, specs)
     ar_b1 = _get(open_, ar_name, "speed", "1") if ar_name else None
+    per_scene = scene_pdms(p, specs)
     rows = []
     for name, spec in specs.items():
         o, c = open_.get(name, {}), _get(closed, name, "overall") or {}
@@ -74,6 +110,9 @@ def table_rows(p, results: dict) -> list[dict]:
             "planner": name, "spec": spec.text,
             "pdms": None if pd.get("pdms") is None else 100 * pd["pdms"],
             "pdms_ci": _half_width(pd.get("pdms_ci95"), 100),
+            "d_pdms": None if name == ar_name or name not in per_scene or ar_name not in per_scene
+            else _paired_text(paired_ci95(per_scene[name], per_scene[ar_name])),
+            "train_steps": steps_after(p, spec.text[len("stage:"):].split(",")[0]) if spec.text.startswith("stage:") else None,
             "cl_ci": None if not c.get("success_rate_ci95") else "{:.0f}–{:.0f}".format(*(100 * x for x in c["success_rate_ci95"])),
             **{k: pd.get(k) for k in ("nc", "dac", "ttc", "ep", "c")},
             **{f"l2_{s}s": ol.get(f"l2_{s}.0s") for s in (1, 2, 3, 4)},
@@ -212,6 +251,40 @@ def plot_quality_rows(rows: list[dict], results: dict, path: Path) -> Path | Non
     return path
 
 
+def plot_compute(rows: list[dict], results: dict, path: Path) -> Path | None:
+    """PDMS (95 % interval) and L2@4s against the training steps after the AR VLA, AR rows and diffusion rows apart:
+    "budget or method?" in one picture (a continued AR run and the curriculum at equal steps)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in rows if r.get("train_steps") is not None and r.get("pdms") is not None]
+    if len(rows) < 2:
+        return None
+    open_ = _get(results, "open", "planners") or {}
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    for r in rows:
+        ar = _get(open_, r["planner"], "decode", "tpf") == 1.0 or "AR" in r["planner"].split(":")[0]
+        style = dict(marker="s" if ar else "o", color="tab:orange" if ar else "tab:blue")
+        ci = _get(open_, r["planner"], "pdms", "overall", "pdms_ci95")
+        err = None if not ci else [[r["pdms"] - 100 * ci[0]], [100 * ci[1] - r["pdms"]]]
+        axes[0].errorbar(r["train_steps"], r["pdms"], yerr=err, capsize=3, **style)
+        axes[1].plot(r["train_steps"], r.get("l2_4s") or np.nan, **style)
+        for ax, v in ((axes[0], r["pdms"]), (axes[1], r.get("l2_4s"))):
+            if v is not None:
+                ax.annotate(r["planner"][:38], (r["train_steps"], v), fontsize=6, xytext=(3, 3), textcoords="offset points")
+    axes[0].set_ylabel("PDMS (test split, 95 % CI)")
+    axes[1].set_ylabel("L2@4s to the expert [m]")
+    for ax in axes:
+        ax.set_xlabel("training steps after the AR VLA (squares: AR, circles: diffusion)")
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 # ------------------------------------------------------------------------------------------ report
 def write_report(p, results: dict) -> Path:
     from wamdiff.provenance import provenance
@@ -227,6 +300,7 @@ def write_report(p, results: dict) -> Path:
     write_json(out / "summary.json", {"rows": rows, "provenance": provenance(), "results": results})
     plot_l2_horizon(results, out / "l2_horizon.png")
     quality_png = plot_quality_rows(rows, results, out / "quality_intervals.png")
+    compute_png = plot_compute(rows, results, out / "quality_vs_steps.png")
     bevs = []
     for bev in sorted((p.out / "eval" / "bev").glob("*.png")):  # drawn by the evaluation (eval.run)
         bevs.append(out / f"bev_{bev.name}")
@@ -280,7 +354,11 @@ def write_report(p, results: dict) -> Path:
                          f"{', '.join(f'{k}: {v}' for k, v in c['digit_off_at_jump'].items()) or '–'} |")
         lines.append("")
     if quality_png:
-        lines += ["## Which rows the intervals separate", "", "![quality with 95 % intervals](quality_intervals.png)", ""]
+        lines += ["## Which rows the intervals separate", "", "ΔPDMS vs AR in the table is paired: the mean over the same "
+                  "scenes of (row − AR VLA), with its 95 % interval.", "",
+                  "![quality with 95 % intervals](quality_intervals.png)", ""]
+    if compute_png:
+        lines += ["## Quality against training steps after the AR VLA", "", "![quality vs steps](quality_vs_steps.png)", ""]
     lines += ["## L2 over the horizon", "", "![l2](l2_horizon.png)", ""]
     if bevs:
         lines += ["## Example scenes (BEV)", ""] + [f"![{b.stem}]({b.name})" for b in bevs] + [""]

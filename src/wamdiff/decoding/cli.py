@@ -75,6 +75,9 @@ def bench(
     tune_prompts: int = typer.Option(0, min=0, help="--tune: prompts of --data for the TPF/quality curve (0 = --n-prompts); "
                                                   "more than the timed ones judges quality on more scenes."),
     lean: str = typer.Option("last_layer", help="Exact lean steps for AR and diffusion alike: off, head or last_layer."),
+    ordinal: int = typer.Option(2, min=0, help="Diffusion read-out of a grid format (delta, bins): the value mean within "
+                                               "this many grid steps of the most likely one (0 = the most likely token); "
+                                               "AR decodes greedily."),
     roofline: bool = typer.Option(True, help="Roofline estimate (FLOPs, matmul rate) beside the step costs."),
     confirm_repeats: int = typer.Option(7, min=0, help="Re-time the headline pair (fastest AR, fastest diffusion at AR "
                                                        "quality) this many paired rounds per batch size (0 = off)."),
@@ -118,10 +121,11 @@ def bench(
     compile_modes = _on_off(compile)
     try:
         grid = BenchGrid(_ints(batch), _block_sizes(blocks), _floats(taus), _words(dtypes), max_new_tokens, _ints(max_steps), repeats,
-                         compile_modes, step_cost, caches=_words(caches), device=device, attention=attention, lean=lean)
+                         compile_modes, step_cost, caches=_words(caches), device=device, attention=attention, lean=lean,
+                         ordinal_window=ordinal)
         if quick:
             grid = BenchGrid([1], [8, 32], [0.9], ["fp32"], 64, _ints(max_steps), repeats, compile_modes, step_cost,
-                             caches=_words(caches), device=device, attention=attention, lean=lean)
+                             caches=_words(caches), device=device, attention=attention, lean=lean, ordinal_window=ordinal)
     except ValueError as err:
         raise typer.BadParameter(str(err)) from err
     console.print(f"threads={torch.get_num_threads()} params={sum(p.numel() for p in model.parameters()) / 1e6:.1f}M "

@@ -1,4 +1,5 @@
-"""The speed dial: `DecodeConfig(block_size="auto")` picks B, tau, step cap and cache per batch size and device.
+"""The speed dial: `DecodeConfig(block_size="auto")` picks B, tau, step cap and cache per batch size and device
+(and decodes with the read-out its curve was measured with).
 
 Two measurements, kept apart because they depend on different things:
 
@@ -79,6 +80,7 @@ class DialCurve:
     ar_quality: dict
     points: list[CurvePoint]
     notes: dict = field(default_factory=dict)
+    ordinal_window: int = 0  # the read-out every point was decoded with (`DecodeConfig.ordinal_window`)
 
     def block_sizes(self) -> list[int]:
         return sorted({p.block_size for p in self.points})
@@ -213,10 +215,11 @@ class Pick:
     predicted_ar_ms_per_plan: float
     quality: dict
     tpf: float
+    ordinal_window: int = 0
 
     def apply(self, config: DecodeConfig) -> DecodeConfig:
         return replace(config, block_size=self.block_size, threshold=self.threshold, max_steps_per_block=self.max_steps,
-                       delayed_cache=self.cache == "delayed")
+                       delayed_cache=self.cache == "delayed", ordinal_window=self.ordinal_window)
 
 
 def choose(curve: DialCurve, costs: StepCosts, n: int, *, lean: str, static_shapes: bool,
@@ -228,7 +231,7 @@ def choose(curve: DialCurve, costs: StepCosts, n: int, *, lean: str, static_shap
     preds = [(predict_ms_per_plan(p, costs, n, lean=lean, static_shapes=static_shapes), p) for p in ok]
     ms, best = min(preds, key=lambda t: t[0])
     return Pick(n, best.block_size, best.threshold, best.max_steps, best.cache, ms,
-                predict_ar_ms_per_plan(curve.ar_tokens, costs, n, lean=lean), best.quality, best.tpf)
+                predict_ar_ms_per_plan(curve.ar_tokens, costs, n, lean=lean), best.quality, best.tpf, curve.ordinal_window)
 
 
 _PICKS: dict[tuple, Pick] = {}

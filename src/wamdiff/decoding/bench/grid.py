@@ -29,7 +29,7 @@ from wamdiff.decoding.bench.timing import step_cost, summarize, timed_generate
 from wamdiff.decoding.speed import times_ar
 from wamdiff.decoding.config import ATTENTIONS, DTYPE_NAMES, DecodeConfig
 from wamdiff.decoding.grammar import Grammar
-from wamdiff.driving.trajectory import FIXED_WIDTH_FORMATS
+from wamdiff.driving.trajectory import FIXED_WIDTH_FORMATS, ORDINAL_FORMATS
 from wamdiff.decoding.lean import LEAN_MODES
 
 DTYPES = {name: DTYPE_NAMES[name] for name in ("fp32", "bf16")}  # the grid's dtypes
@@ -62,6 +62,7 @@ class BenchGrid:
     attention: str = "sdpa"  # DecodeConfig.attention, for AR and diffusion alike
     lean: str = DecodeConfig.lean  # DecodeConfig.lean and prefill_cache, for AR and diffusion alike
     prefill_cache: bool = DecodeConfig.prefill_cache
+    ordinal_window: int = 0  # DecodeConfig.ordinal_window of every diffusion point (AR decodes greedily)
 
     def __post_init__(self) -> None:
         bad = [b for b in self.block_sizes if b != FIT and not (isinstance(b, int) and b >= 1)]
@@ -81,6 +82,8 @@ class BenchGrid:
             raise ValueError(f"BenchGrid.attention: unknown {self.attention!r} (use one of {ATTENTIONS})")
         if self.lean not in LEAN_MODES:
             raise ValueError(f"BenchGrid.lean: unknown {self.lean!r} (use one of {LEAN_MODES})")
+        if self.ordinal_window < 0:
+            raise ValueError(f"BenchGrid.ordinal_window: must be >= 0, got {self.ordinal_window}")
         if torch.device(self.device).type == "cuda" and not torch.cuda.is_available():
             raise ValueError(f"BenchGrid.device {self.device!r}: no CUDA device is visible on this machine")
 
@@ -107,8 +110,9 @@ class BenchGrid:
 
     def block_config(self, point: tuple, tokenizer=None, fmt=None, compile: bool = False) -> DecodeConfig:
         b, tau, steps, cache = point
+        ordinal = self.ordinal_window if fmt in ORDINAL_FORMATS else 0
         return self.config(tokenizer, fmt, mode="block", block_size=b, threshold=tau, max_steps_per_block=steps,
-                           delayed_cache=cache == "delayed", compile=compile)
+                           delayed_cache=cache == "delayed", compile=compile, ordinal_window=ordinal)
 
 
 def run_bench(model, tokenizer, prompts, grid: BenchGrid, *, expert=None, fmt=None, progress=None,

@@ -32,6 +32,7 @@ def grid_from_settings(st: dict) -> BenchGrid:
         step_cost=bool(st.get("step_cost", d.step_cost)), caches=list(st.get("caches", d.caches)),
         device=str(st.get("device", d.device)), attention=str(st.get("attention", d.attention)),
         lean=str(st.get("lean", d.lean)), prefill_cache=bool(st.get("prefill_cache", d.prefill_cache)),
+        ordinal_window=int(st.get("ordinal", d.ordinal_window)),
     )
 
 

@@ -57,7 +57,8 @@ def measure_curve(model, tokenizer, prompts, expert, grid: BenchGrid, *, fmt=Non
                      f"L2 {q['l2_vs_expert'] if q['l2_vs_expert'] is None else round(q['l2_vs_expert'], 3)}")
     return DialCurve(model_fingerprint(model), fmt, round(statistics.fmean(p.input_ids.numel() for p in prompts)),
                      [len(g.token_ids) for g in ar_gens], quality(ar_gens, ar_gens, expert, fmt), points,
-                     notes={"prompts": len(prompts), "max_new_tokens": grid.max_new_tokens})
+                     notes={"prompts": len(prompts), "max_new_tokens": grid.max_new_tokens},
+                     ordinal_window=grid.block_config(grid.diffusion_points()[0], tokenizer, fmt).ordinal_window)
 
 
 def tune(model, tokenizer, prompts, expert, grid: BenchGrid, *, fmt=None, ar_model=None, ar_tokenizer=None, out=None,
