@@ -38,3 +38,37 @@ def test_untrained_model_decodes_and_its_failed_plans_score_zero(tiny_checkpoint
         assert not p.ok and p.xy is None and not p.fallback and p.reason  # 12 random tokens are no trajectory
     rows = PDMSEvaluator().score(scenes, plans, "tiny")
     assert all(r["valid"] and r["plan_failed"] and r["pdms"] == 0.0 for r in rows)
+
+
+def test_block_auto_without_an_at_quality_setting_is_refused_at_start(tiny_checkpoint, tmp_path, monkeypatch):
+    """`block=auto` whose tuned dial has no setting at AR quality would fail every plan: it is a configuration
+    error found when the planner is built, one line through the CLI (exit 2)."""
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from wamdiff.cli import app
+    from wamdiff.decoding.dial import CURVE_FILE, CurvePoint, DialCurve, model_fingerprint
+
+    monkeypatch.setenv("WAMDIFF_CACHE", str(tmp_path / "cache"))
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(tiny_checkpoint, ckpt)
+    model, _ = models.load_model(ckpt)
+
+    def curve(l2):
+        pts = [CurvePoint(4, 0.9, 4, "exact", [[[4]]], [4], {"l2_vs_expert": l2, "parse_failures": 0})]
+        return DialCurve(model_fingerprint(model), "delta", 10, [4], {"l2_vs_expert": 1.0, "parse_failures": 0}, pts)
+
+    spec = f"model:{ckpt},block=auto"
+    with pytest.raises(ValueError, match="no tuned speed dial"):
+        make_planner(spec).prepare()
+    curve(1.5).save(ckpt / CURVE_FILE)
+    with pytest.raises(ValueError, match="no setting of this model's tuned speed dial keeps AR's quality"):
+        make_planner(spec).prepare()
+    scene = straight_road_scene(speed=8.0, scene_id="s0")
+    scene.image = np.zeros((64, 64, 3), np.uint8)
+    scene.save(tmp_path / "scenes" / "s0")
+    res = CliRunner().invoke(app, ["eval", "pdms", "-p", spec, "--data", str(tmp_path / "scenes"), "--out", str(tmp_path / "o")])
+    assert res.exit_code == 2 and "keeps AR's quality" in res.output and "Traceback" not in res.output
+    curve(1.05).save(ckpt / CURVE_FILE)
+    make_planner(spec).prepare()  # a setting within 10 % of AR: accepted

@@ -14,6 +14,7 @@ from typing import Protocol
 
 import numpy as np
 
+from wamdiff.decoding.config import AUTO
 from wamdiff.eval.specs import PlannerSpec
 
 FUTURE_STEPS = 8
@@ -133,8 +134,19 @@ class ModelPlanner:
         self._model = self._tokenizer = self._image_processor = None
 
     def prepare(self) -> None:
-        """Load the checkpoint now (a checkpoint that does not load is a configuration error, not a failed plan)."""
+        """Load the checkpoint now (a checkpoint that does not load is a configuration error, not a failed plan), and
+        for `block=auto` find its tuned speed dial with a setting at AR quality: without one every plan would fail."""
         self._load()
+        if self.spec.decode.mode == "block" and self.spec.decode.block_size == AUTO:
+            from wamdiff.decoding.dial import find_curve, meets_quality
+
+            try:
+                curve = find_curve(self._model)
+            except ValueError as err:
+                raise ValueError(f"planner spec {self.spec.text!r}: {err}") from None
+            if not any(meets_quality(pt.quality, curve.ar_quality) for pt in curve.points):
+                raise ValueError(f"planner spec {self.spec.text!r}: block=auto, but no setting of this model's tuned "
+                                 "speed dial keeps AR's quality (mean L2 within 10 % of AR's); set a block size")
 
     def _load(self):
         if self._model is None:
