@@ -40,6 +40,8 @@ class DecodeConfig:
         of an AR prefill). Token-identical to "off"; applies to AR (its prefill) and block decoding alike.
     prefill_cache: compute the vision tower's grid-only tables once per image grid (`decoding.prefill_cache`;
         bitwise the same outputs).
+    shared_prefix: the head every prompt of the batch shares (the template's text before the image) is prefilled
+        once per model and kept (`decoding.shared_prefix`); each call prefills only the rest. Exact.
     grammar: optional `wamdiff.decoding.grammar.Grammar` (per-position allowed tokens).
     ordinal_window: w > 0 reads a position whose tokens are grid values (the grammar's grids: `delta` and `bins`
         answers) as the grid value nearest the probability-weighted mean within w grid steps of its most likely
@@ -66,6 +68,7 @@ class DecodeConfig:
     delayed_cache: bool = False
     lean: Literal["off", "head", "last_layer"] = "last_layer"
     prefill_cache: bool = True
+    shared_prefix: bool = True
     grammar: Any = None
     ordinal_window: int = 0
     dtype: torch.dtype | str | None = None
@@ -119,10 +122,11 @@ class DecodeConfig:
 OPTION_FIELDS = {"mode": "mode", "block": "block_size", "threshold": "threshold", "steps": "max_steps_per_block",
                  "strategy": "strategy", "max_new_tokens": "max_new_tokens", "delayed": "delayed_cache",
                  "fused_commit": "fused_commit", "dtype": "dtype", "compile": "compile", "attention": "attention",
-                 "lean": "lean", "prefill_cache": "prefill_cache", "ordinal": "ordinal_window"}
+                 "lean": "lean", "prefill_cache": "prefill_cache", "shared_prefix": "shared_prefix",
+                 "ordinal": "ordinal_window"}
 _FIELD_TYPES = {"mode": str, "block_size": int, "threshold": float, "max_steps_per_block": int, "strategy": str,
                 "max_new_tokens": int, "delayed_cache": bool, "fused_commit": bool, "dtype": str, "compile": bool,
-                "attention": str, "lean": str, "prefill_cache": bool, "ordinal_window": int}
+                "attention": str, "lean": str, "prefill_cache": bool, "shared_prefix": bool, "ordinal_window": int}
 _KIND_WORDS = {int: "an integer", float: "a number", bool: "yes/no", str: "text"}
 assert set(_FIELD_TYPES) <= {f.name for f in fields(DecodeConfig)}
 DTYPE_NAMES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,

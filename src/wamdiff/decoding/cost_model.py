@@ -89,7 +89,8 @@ def machine_key(model, config: DecodeConfig) -> dict:
             "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
             "threads": torch.get_num_threads(), "torch": torch.__version__, "dtype": str(p.dtype).replace("torch.", ""),
             "compile": bool(config.compile), "static_shapes": config.static_shapes(dev), "attention": config.attention,
-            "prefill_cache": bool(config.prefill_cache), "arch": arch_signature(model)}
+            "prefill_cache": bool(config.prefill_cache), "shared_prefix": bool(config.shared_prefix),
+            "arch": arch_signature(model)}
 
 
 def _key_file(key: dict) -> Path:
@@ -219,7 +220,7 @@ def measure_step_costs(model, prompt, config: DecodeConfig, *, pad_id: int, bloc
     ref = ref_rows if ref_rows in rows else rows[-1]
     blocks = sorted(set(block_sizes) | {ref})
     kw = dict(compile=config.compile, cuda_graphs=config.cuda_graphs and config.attention == "sdpa",
-              attention=config.attention, prefill_cache=config.prefill_cache)
+              attention=config.attention, prefill_cache=config.prefill_cache, shared_prefix=config.shared_prefix)
     per_batch = []
     for n in batches:
         def collate():

@@ -98,7 +98,7 @@ def _make_runner(model, batch, block_size: int, config: DecodeConfig) -> StepRun
     capacity = config.max_new_tokens + (1 if config.mode == "ar" else 0)
     return StepRunner(model, batch, block_size, capacity, compile=config.compile,
                       cuda_graphs=config.cuda_graphs and config.attention == "sdpa", attention=config.attention,
-                      lean=config.lean, prefill_cache=config.prefill_cache)
+                      lean=config.lean, prefill_cache=config.prefill_cache, shared_prefix=config.shared_prefix)
 
 
 def to_generations(tokenizer, out, lengths, forwards, finished, eos_id: int) -> list[Generation]:

@@ -31,6 +31,7 @@ from wamdiff.decoding.cache import SlotCache
 from wamdiff.decoding.lean import LEAN_MODES, install_tail, tail_rows
 from wamdiff.decoding.paged_attention import make_backend, paged_step, step_hook
 from wamdiff.decoding.prefill_cache import image_features
+from wamdiff.decoding.shared_prefix import head_kv, head_length
 from wamdiff.diffusion.attention import install_attention, step_attention
 from wamdiff.diffusion.masks import decode_position_ids, prefix_position_ids, uses_mrope
 from wamdiff.models.precision import compute_dtype
@@ -95,12 +96,16 @@ class StepRunner:
     (`wamdiff.decoding.prefill_cache`). Both are exact."""
 
     def __init__(self, model, batch: PromptBatch, block_size: int, answer_capacity: int, *, compile: bool = False,
-                 cuda_graphs: bool = False, attention: str = "sdpa", lean: str = "off", prefill_cache: bool = False):
+                 cuda_graphs: bool = False, attention: str = "sdpa", lean: str = "off", prefill_cache: bool = False,
+                 shared_prefix: bool = False):
         if lean not in LEAN_MODES:
             raise ValueError(f"StepRunner: lean must be one of {LEAN_MODES}, got {lean!r}")
         self.model = model
         self.lean = lean
         self.prefill_cache = prefill_cache
+        self.shared_prefix = shared_prefix
+        self._init_args = dict(compile=compile, cuda_graphs=cuda_graphs, attention=attention, lean=lean,
+                               prefill_cache=prefill_cache)
         self._tail = install_tail(model) if lean == "last_layer" else None
         self.batch = batch
         self.vl = _is_vl(model)
@@ -215,24 +220,47 @@ class StepRunner:
 
     def prefill(self, extra: torch.LongTensor | None, keep: int) -> torch.Tensor:
         """The prompt forward (pixels only here), optionally with `extra` query tokens appended at slot P (the
-        first denoising step of block 0 when commits are fused). Returns logits of the last `keep` queries."""
+        first denoising step of block 0 when commits are fused). Returns logits of the last `keep` queries. With
+        `shared_prefix`, the head every prompt shares comes from `decoding.shared_prefix` and only the rest runs."""
         ids = self.batch.ids if extra is None else torch.cat([self.batch.ids, extra], dim=1)
-        mask, pos, self.cache.write_index = self.slot_inputs(0, ids.shape[1])
-        with self._attention(self._allow_bool[:, :, :ids.shape[1]], ids.shape[1] - 1), tail_rows(self._tail, keep):
-            return self._prefill(ids, mask, pos, keep)
+        c0 = self._write_shared_head() if self.shared_prefix else 0
+        mask, pos, self.cache.write_index = self.slot_inputs(c0, ids.shape[1])
+        with self._attention(self._allow_bool[:, :, c0:ids.shape[1]], ids.shape[1] - 1), tail_rows(self._tail, keep):
+            return self._prefill(ids[:, c0:], mask, pos, keep, c0)
 
-    def _prefill(self, ids, mask, pos, keep: int) -> torch.Tensor:
+    def _write_shared_head(self) -> int:
+        """Write the shared prompt head's K/V into every row's slots; returns the first column still to prefill (rows
+        with shorter prompts recompute a few head tokens there: the same K/V)."""
+        b = self.batch
+        h = head_length(b.ids, b.valid, b.mm_token_type_ids)
+        if not h:
+            return 0
+        starts = self.P - b.valid.sum(1)  # [N] each row's first prompt slot (left padding)
+        first = b.ids[int(starts.argmin()), int(starts.min()):][:h].tolist()
+        kv = head_kv(self.model, first, self.dtype, self.device, lambda ids: StepRunner(
+            self.model, PromptBatch(ids, torch.ones_like(ids, dtype=torch.bool), None, None, None), 1, 0,
+            **self._init_args))
+        slots = (starts[:, None] + torch.arange(h, device=self.device))[:, None, :, None]  # [N, 1, h, 1]
+        for layer, (k, v) in zip(self.cache.layers, kv):
+            idx = slots.expand(self.n, k.shape[1], h, k.shape[3])
+            layer.keys.scatter_(2, idx, k.expand(self.n, -1, -1, -1))
+            layer.values.scatter_(2, idx, v.expand(self.n, -1, -1, -1))
+        return int(starts.min()) + h
+
+    def _prefill(self, ids, mask, pos, keep: int, c0: int = 0) -> torch.Tensor:
+        """The prefill forward of prompt columns [c0, ...) (and any extra query tokens after them)."""
         if not self.vl:
             return self._step_eager(ids, mask, pos, keep)
         b = self.batch
         self.model.model.rope_deltas = None
         cached = self.prefill_cache and b.pixel_values is not None
+        mm = None if b.mm_token_type_ids is None else torch.cat(
+            [b.mm_token_type_ids, torch.zeros_like(ids[:, : c0 + ids.shape[1] - b.ids.shape[1]])], dim=1)[:, c0:]
         hidden = self.model.model(
             input_ids=ids, attention_mask=mask, position_ids=pos, cache=self.cache, use_cache=True,
             pixel_values=None if cached else b.pixel_values, image_grid_thw=b.image_grid_thw,
             mm_encoder_outputs=image_features(self.model, b.pixel_values, b.image_grid_thw) if cached else None,
-            mm_token_type_ids=None if b.mm_token_type_ids is None else
-            torch.cat([b.mm_token_type_ids, torch.zeros_like(ids[:, b.ids.shape[1]:])], dim=1),
+            mm_token_type_ids=mm,
         ).last_hidden_state
         return self._lm_head(hidden[:, hidden.shape[1] - keep:])
 

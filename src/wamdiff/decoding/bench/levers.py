@@ -1,8 +1,8 @@
 """The cheaper-step levers, each measured against the reference path on the same prompts, A and B interleaved.
 
 Levers (all exact, `DecodeConfig` fields): the LM head only at still-masked rows (`lean="head"`), also the last
-layer's MLP only there (`lean="last_layer"`), the vision tower's grid tables cached (`prefill_cache`), and all of
-them. Two levels:
+layer's MLP only there (`lean="last_layer"`), the vision tower's grid tables cached (`prefill_cache`), the prompt
+head every prompt shares prefilled once (`shared_prefix`), and all of them. Two levels:
 - whole decodes (`decode_levers`): ms per plan of AR and of one diffusion setting at each batch size; every
   repeat times the reference and each lever back to back (order rotated per repeat), the ratio is taken within
   the repeat and the median over repeats reported, with a check that the lever decoded the same tokens;
@@ -23,12 +23,13 @@ from wamdiff.decoding.config import DecodeConfig
 from wamdiff.decoding.engine import generate
 from wamdiff.decoding.runner import StepRunner, collate_prompts
 
-REFERENCE = {"lean": "off", "prefill_cache": False}
+REFERENCE = {"lean": "off", "prefill_cache": False, "shared_prefix": False}
 LEVERS = {
-    "LM head only at still-masked rows": {"lean": "head", "prefill_cache": False},
-    "+ last layer's MLP only there": {"lean": "last_layer", "prefill_cache": False},
-    "cached vision-tower tables": {"lean": "off", "prefill_cache": True},
-    "all of them": {"lean": "last_layer", "prefill_cache": True},
+    "LM head only at still-masked rows": {**REFERENCE, "lean": "head"},
+    "+ last layer's MLP only there": {**REFERENCE, "lean": "last_layer"},
+    "cached vision-tower tables": {**REFERENCE, "prefill_cache": True},
+    "shared prompt head prefilled once": {**REFERENCE, "shared_prefix": True},
+    "all of them": {"lean": "last_layer", "prefill_cache": True, "shared_prefix": True},
 }
 
 
@@ -92,8 +93,7 @@ def step_levers(model, prompt, *, pad_id: int, block_size: int = 32, batches=(1,
         batch = collate_prompts([prompt] * n, pad_id, dev)
         if batch.pixel_values is not None:
             batch.pixel_values = batch.pixel_values.to(next(model.parameters()).dtype)
-        runners = {name: StepRunner(model, batch, b, 2 * b, lean=v["lean"], prefill_cache=v["prefill_cache"], **kw)
-                   for name, v in {"reference": REFERENCE, **LEVERS}.items()}
+        runners = {name: StepRunner(model, batch, b, 2 * b, **v, **kw) for name, v in {"reference": REFERENCE, **LEVERS}.items()}
         for r in runners.values():
             r.prefill(None, keep=1)
         x = torch.full((n, b), pad_id, dtype=torch.long, device=dev)
