@@ -224,6 +224,21 @@ def test_complementary_masking_partitions_each_answer(data, tmp_path):
     assert torch.allclose(part.t[n:][valid], (1 - part.t[:n][valid]).clamp_min(rec.diffusion.min_rate))
 
 
+def test_the_fully_masked_copy_masks_every_answer_token_at_rate_one(data, tmp_path):
+    rec = load_recipe(tiny_recipe(data, tmp_path / "full", "block",
+                                  diffusion={"complementary": True, "full_mask_copy": True}))
+    trainer = Trainer(rec)
+    part = trainer.my_rows(trainer.step_inputs(0), 0)
+    n = len(part) // 3
+    assert len(part) == 3 * n == 12 and trainer.objective.copies == 3
+    valid = part.batch.answer_mask[2 * n:]
+    assert torch.equal(part.xt[2 * n:] == trainer.mask_id, valid)  # every real answer token, nothing else
+    assert (part.t[2 * n:] == 1).all()
+    assert torch.equal(part.batch.prompt_ids[2 * n:], part.batch.prompt_ids[:n])  # the same samples
+    m = trainer.run().metrics
+    assert m["val_loss"] < m["val_loss_start"]
+
+
 def test_text_only_student_trains(data, tmp_path):
     m = train(tiny_recipe(data, tmp_path / "text", "block", model={"vision": False}, optim={"steps": 6})).metrics
     assert m["val_loss"] < m["val_loss_start"]

@@ -107,6 +107,7 @@ class OptimSection:
 class DiffusionSection:
     min_rate: float = 0.05  # per-block mask rate clipped to >= this (bounds the 1/t weight)
     complementary: bool = False  # add the complementary-masked copy of each sample
+    full_mask_copy: bool = False  # add a copy of each sample with every answer token masked (a decode's first step)
     # > 0: a masked target on a value grid (delta displacements, bins) is a Gaussian this many grid steps wide over
     # its neighbours instead of one-hot (`diffusion.losses.grid_cross_entropy`); 0 = one-hot
     ordinal_sigma: float = 0.0

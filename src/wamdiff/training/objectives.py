@@ -101,17 +101,31 @@ class Objective:
         """Positions the loss scores: masked in x_t and inside the sample's answer."""
         return (inputs.xt == self.mask_token_id) & inputs.batch.answer_mask
 
-    def complementary(self, inputs: StepInputs) -> StepInputs:
-        """Append the copy that masks exactly the positions the first copy left visible."""
-        if not self.recipe.diffusion.complementary:
+    @property
+    def copies(self) -> int:
+        """Rows per sample in a step: the noised one, its complementary copy, its fully masked copy."""
+        d = self.recipe.diffusion
+        return 1 + int(d.complementary) + int(d.full_mask_copy)
+
+    def with_copies(self, inputs: StepInputs) -> StepInputs:
+        """Append the copy that masks exactly the positions the first copy left visible (`diffusion.complementary`)
+        and the copy with every answer token masked, rate 1 (`diffusion.full_mask_copy`: the state a decode's first
+        step sees, which random per-block rates reach almost never)."""
+        if self.copies == 1:
             return inputs
         from wamdiff.diffusion.noising import complementary_copy
 
-        b = inputs.batch
-        xt2, t2 = complementary_copy(b.x0, inputs.xt, inputs.t, self.mask_token_id, answer_mask=b.answer_mask,
-                                     min_rate=self.recipe.diffusion.min_rate)
-        both = stacked_twice(b)
-        return StepInputs(both, torch.cat([inputs.xt, xt2]), torch.cat([inputs.t, t2]))
+        b, d = inputs.batch, self.recipe.diffusion
+        xts, ts = [inputs.xt], [inputs.t]
+        if d.complementary:
+            xt2, t2 = complementary_copy(b.x0, inputs.xt, inputs.t, self.mask_token_id, answer_mask=b.answer_mask,
+                                         min_rate=d.min_rate)
+            xts.append(xt2)
+            ts.append(t2)
+        if d.full_mask_copy:
+            xts.append(b.x0.masked_fill(b.answer_mask.bool(), self.mask_token_id))
+            ts.append(torch.ones_like(inputs.t))
+        return StepInputs(stacked(b, len(xts)), torch.cat(xts), torch.cat(ts))
 
     def student_logits(self, model, inputs: StepInputs) -> torch.Tensor:
         from wamdiff.diffusion.forward import diffusion_forward
@@ -123,9 +137,9 @@ class Objective:
         raise NotImplementedError
 
 
-def stacked_twice(b: Batch) -> Batch:
-    """The batch stacked on itself (rows 0..N-1 then again), pixels included."""
-    cat = lambda x: None if x is None else torch.cat([x, x])  # noqa: E731
+def stacked(b: Batch, k: int) -> Batch:
+    """The batch stacked k times on itself (rows 0..N-1, then again, ...), pixels included."""
+    cat = lambda x: None if x is None else torch.cat([x] * k)  # noqa: E731
     return replace(
         b,
         prompt_ids=cat(b.prompt_ids),
@@ -135,9 +149,9 @@ def stacked_twice(b: Batch) -> Batch:
         pixel_values=cat(b.pixel_values),
         image_grid_thw=cat(b.image_grid_thw),
         mm_token_type_ids=cat(b.mm_token_type_ids),
-        patches_per_sample=b.patches_per_sample * 2,
-        images_per_sample=b.images_per_sample * 2,
-        examples=b.examples * 2,
+        patches_per_sample=b.patches_per_sample * k,
+        images_per_sample=b.images_per_sample * k,
+        examples=b.examples * k,
     )
 
 
@@ -147,7 +161,11 @@ class ArSft(Objective):
     def noise(self, batch: Batch, gen: torch.Generator) -> StepInputs:
         return StepInputs(batch)
 
-    def complementary(self, inputs: StepInputs) -> StepInputs:
+    @property
+    def copies(self) -> int:
+        return 1
+
+    def with_copies(self, inputs: StepInputs) -> StepInputs:
         return inputs
 
     def loss(self, model, inputs: StepInputs) -> tuple[torch.Tensor, dict]:

@@ -299,7 +299,7 @@ class Trainer:
         """Rows of micro-step `micro` that belong to this process (global layout: [micro][rank][rows])."""
         start = (micro * self.world + self.rank) * self.micro_rows
         part = inputs.rows(start, start + self.micro_rows).to(self.accelerator.device)
-        return self.objective.complementary(part)
+        return self.objective.with_copies(part)
 
     # -------------------------------------------------------------------------------------- on-policy
 
@@ -339,7 +339,7 @@ class Trainer:
     def train_step(self, step: int) -> dict:
         r, acc = self.recipe, self.accelerator
         inputs = self.step_inputs(step)
-        tokens = inputs.batch.n_tokens(self.objective.streams) * (2 if r.diffusion.complementary and r.kind.diffusion else 1)
+        tokens = inputs.batch.n_tokens(self.objective.streams) * self.objective.copies
         self.model.train()
         total = torch.zeros(())
         extra: dict[str, torch.Tensor] = {}
