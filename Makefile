@@ -7,7 +7,7 @@ export OMP_NUM_THREADS ?= 2
 export SDL_VIDEODRIVER := offscreen
 export PYGAME_HIDE_SUPPORT_PROMPT := 1
 
-.PHONY: install test test-slow test-byoc test-gpu demo bench serve-bench ray-bench pipeline clean
+.PHONY: install test test-slow test-byoc test-gpu demo bench serve-bench ray-bench pipeline pipeline-ar clean
 
 install: $(STAMP)
 
@@ -67,8 +67,13 @@ ray-bench: $(STAMP)
 	$(BIN)/wamdiff data generate --split val --n 50 --workers 2 --executor ray --out runs/ray-bench/ray
 	$(BIN)/python -c "import json; s = {k: json.load(open(f'runs/ray-bench/{k}/manifest.json'))['splits']['val']['last_run']['seconds'] for k in ('pool', 'ray')}; print(f\"pool {s['pool']:.1f} s, ray {s['ray']:.1f} s: ray overhead {100 * (s['ray'] / s['pool'] - 1):+.1f} %\")"
 
+# The conversion: the shipped mature AR VLA (checkpoints/ar_vla) -> every diffusion checkpoint, evaluation, report.
 pipeline: $(STAMP)
 	$(BIN)/wamdiff pipeline --config configs/default.yaml
+
+# The same, and before it the mature AR VLA itself from nothing (SFT, route phases, DAgger rounds 0-5: ~3.6 h more).
+pipeline-ar: $(STAMP)
+	$(BIN)/wamdiff pipeline --config configs/default.yaml --from-scratch
 
 clean:
 	rm -rf $(VENV) runs
