@@ -186,8 +186,8 @@ def _figures(result: dict) -> tuple:
 
 def test_cli_pipeline_stage_and_direct_call_agree(tiny_checkpoint, scene_dir, tmp_path):
     from wamdiff.eval.cli import app
-    from wamdiff.evaluate import stage_open
-    from wamdiff.pipeline import Pipeline
+    from wamdiff.evaluate import per_row, stage_open
+    from wamdiff.pipeline import Pipeline, run_stage
 
     specs = ["expert", "cv", f"model:{tiny_checkpoint},mode=ar,max_new_tokens=8,fallback=cv"]
     direct = evaluate_open({s: PlannerSpec.parse(s) for s in specs}, _load(scene_dir), tmp_path / "direct",
@@ -202,10 +202,54 @@ def test_cli_pipeline_stage_and_direct_call_agree(tiny_checkpoint, scene_dir, tm
     names = {"the expert": specs[0], "constant velocity": specs[1], "tiny model": specs[2]}
     (tmp_path / "p.yaml").write_text(yaml.safe_dump({"out": str(run), "data": {"fmt": "text2"},
                                                      "evaluate": {"planners": names}}))
-    stage = stage_open(Pipeline.load(tmp_path / "p.yaml"))["planners"]
+    p = Pipeline.load(tmp_path / "p.yaml")
+    stage = per_row(p, run_stage, "eval_open", {}, lambda rows: stage_open(p, rows))  # one row at a time
     for name, spec in names.items():
         assert _figures(direct[spec]) == _figures(cli[spec]) == _figures(stage[name]), name
     assert direct[specs[2]]["n_fallback"] == 3 and direct["cv"]["pdms"]["overall"]["n_failed"] == 0
+
+
+def test_pipeline_rows_are_evaluated_once_each_and_combined(tiny_checkpoint, scene_dir, tmp_path):
+    """A report row is its own stage: a row added later is evaluated alone, the others are reused; a model row
+    whose weights file changes is evaluated again; the combined summary holds every row."""
+    from wamdiff.eval.run import combine_open
+    from wamdiff.evaluate import eval_dir, per_row, stage_open
+    from wamdiff.pipeline import Pipeline, run_stage
+
+    run = tmp_path / "run"
+    (run / "data").mkdir(parents=True)
+    (run / "data" / "scenes").symlink_to(scene_dir)
+    ckpt = tmp_path / "ckpt"
+    import shutil
+
+    shutil.copytree(tiny_checkpoint, ckpt)
+    rows = {"constant velocity": "cv", "tiny model": f"model:{ckpt},mode=ar,max_new_tokens=8"}
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump({"out": str(run), "data": {"fmt": "text2"},
+                                                     "evaluate": {"planners": rows}}))
+    evaluated = []
+
+    def evaluate(p):
+        def fn(sub):
+            evaluated.extend(sub)
+            return stage_open(p, sub)
+        return per_row(p, run_stage, "eval_open", {}, fn)
+
+    p = Pipeline.load(tmp_path / "p.yaml")
+    first = evaluate(p)
+    assert evaluated == ["constant velocity", "tiny model"]
+    rows["the expert"] = "expert"
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump({"out": str(run), "data": {"fmt": "text2"},
+                                                     "evaluate": {"planners": rows}}))
+    p = Pipeline.load(tmp_path / "p.yaml")
+    again = evaluate(p)
+    assert evaluated == ["constant velocity", "tiny model", "the expert"]  # only the new row
+    assert _figures(again["tiny model"]) == _figures(first["tiny model"])
+    (ckpt / "model.safetensors").touch()  # "retrained"
+    evaluate(p)
+    assert evaluated[-1] == "tiny model" and len(evaluated) == 4
+    combine_open(eval_dir(p), again, _load(scene_dir))
+    summary = json.loads((eval_dir(p) / "open_summary.json").read_text())
+    assert set(summary) == set(rows) and set(json.loads((eval_dir(p) / "plans.json").read_text())["plans"]) == set(rows)
 
 
 def _load(scene_dir):

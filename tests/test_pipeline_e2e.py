@@ -79,9 +79,10 @@ def test_pipeline_smallest_scale(tmp_path, monkeypatch):
     cfg_path.write_text(yaml.safe_dump(smoke_config(tmp_path / "run"), sort_keys=False))
     run_pipeline(cfg_path)
     out = tmp_path / "run"
-    for name in ["data", "ar_sft", "block32", "distill_block", "distill_model", "eval_open", "eval_closed", "eval_qa",
-                 "overlap", "bench"]:
+    for name in ["data", "ar_sft", "block32", "distill_block", "distill_model", "eval_speed", "eval_qa", "overlap", "bench"]:
         assert (out / "stages" / f"{name}.json").exists(), name
+    for kind in ("eval_open", "eval_closed"):  # one stage per report row
+        assert len(list((out / "stages").glob(f"{kind}.*.json"))) == len(smoke_config(out)["evaluate"]["planners"]), kind
     for stage in ["ar_sft", "block1", "block4", "block8", "block16", "block32", "distill_block", "distill_model"]:
         assert (out / "ckpt" / stage / "final" / "model.safetensors").exists(), stage
     report = out / "report"

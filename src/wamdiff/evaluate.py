@@ -1,9 +1,12 @@
 """The evaluation half of the pipeline: every planner of the report judged the same way, once, through the same
 entry as `wamdiff eval` (`eval.run`).
 
-Stages (each resumable through the pipeline's stage files):
-  eval_open    - each planner plans the test scenes once; those plans are scored by PDMS and open-loop L2; the
-                 model planners are timed on the same scenes at batch 1/8/32 (`evaluate.speed`, `eval.plan_timing`)
+Stages (each resumable through the pipeline's stage files; the open- and closed-loop stages are one per report row,
+`eval_open.<row>` / `eval_closed.<row>`, whose settings hold the row's spec and its checkpoint's weights file, so a
+row added to a config, or retrained, is evaluated alone and every other row is reused):
+  eval_open    - each planner plans the test scenes once; those plans are scored by PDMS and open-loop L2
+  eval_speed   - the model planners timed on the same scenes at batch 1/8/32, interleaved (`evaluate.speed`,
+                 `eval.plan_timing`): rerun whenever a model row is
   eval_closed  - closed-loop dev routes in lockstep (model planners on the first `model_routes` routes)
   eval_qa      - multi-task retention: exact match on the test split's question-answer pairs
   overlap      - teacher-student top-5 token overlap: diffusion teacher vs AR teacher, same student
@@ -20,37 +23,78 @@ from dataclasses import replace
 EVAL_VERSION = "eval-run/2 (failures score as failures)"
 
 
-def stage_open(p, variant: str | None = None) -> dict:
-    """PDMS + open-loop metrics of every planner from one set of plans per planner (`eval.run.evaluate_open`), on
-    the test split, or on the test scenes of an unseen traffic variant (`data.variants`)."""
-    from wamdiff.eval.data import load_scenes
-    from wamdiff.eval.pdms import PDMSConfig
-    from wamdiff.eval.plan_timing import SpeedProbe
-    from wamdiff.eval.run import OpenLoopSettings, evaluate_open
+def row_settings(p, name: str, spec) -> dict:
+    """What a report row's evaluation depends on besides the evaluation settings: its name, spec and, for a model,
+    its weights file (size and time: a retrained stage is evaluated again)."""
+    weights = None
+    if spec.kind == "model":
+        f = spec.checkpoint / "model.safetensors"
+        weights = [str(f), *((f.stat().st_size, f.stat().st_mtime_ns) if f.exists() else ())]
+    return {"row": name, "spec": spec.text, "weights": weights}
 
-    ev_cfg = p.cfg["evaluate"]
-    out = p.out / ("eval" if variant is None else f"eval_variant_{variant}")
+
+def per_row(p, run_stage, stage: str, settings: dict, fn) -> dict:
+    """{row name: result} of `fn({name: spec})` run as one stage per report row (`<stage>.<row file>`)."""
+    from wamdiff.eval.report import planner_files
+
+    specs = p.planners()
+    files = planner_files([s.text for s in specs.values()])
+    out = {}
+    for name, spec in specs.items():
+        done = run_stage(p, f"{stage}.{files[spec.text]}", lambda name=name, spec=spec: fn({name: spec}),
+                         settings={**settings, **row_settings(p, name, spec)})
+        out[name] = done["planners"][name]
+    return out
+
+
+def _test_scenes(p, variant: str | None):
+    from wamdiff.eval.data import load_scenes
+
     data = p.data_dir if variant is None else p.variant_dir(variant)
-    scenes, problems = load_scenes(data / "scenes", split="test", limit=ev_cfg.get("test_limit"))
+    scenes, problems = load_scenes(data / "scenes", split="test", limit=p.cfg["evaluate"].get("test_limit"))
     if not scenes:
         raise ValueError(f"{data / 'scenes'}: no test scenes to evaluate")
-    settings = OpenLoopSettings(pdms=PDMSConfig(reference_cache=str(out / "reference_cache")),
-                                plots=int(ev_cfg.get("bev_plots", 4)), executor=_executor(p),
-                                # the tables' speed columns come from the test split; variants are judged on quality
-                                speed=SpeedProbe.from_dict(ev_cfg.get("speed", {})) if variant is None else None)
-    return {"planners": evaluate_open(p.planners(), scenes, out, settings, unreadable=problems),
+    return scenes, problems
+
+
+def eval_dir(p, variant: str | None = None):
+    return p.out / ("eval" if variant is None else f"eval_variant_{variant}")
+
+
+def stage_open(p, rows: dict, variant: str | None = None) -> dict:
+    """PDMS + open-loop metrics of `rows` ({name: spec}) from one set of plans per planner (`eval.run.evaluate_open`),
+    on the test split, or on the test scenes of an unseen traffic variant (`data.variants`)."""
+    from wamdiff.eval.pdms import PDMSConfig
+    from wamdiff.eval.run import OpenLoopSettings, evaluate_open
+
+    scenes, problems = _test_scenes(p, variant)
+    out = eval_dir(p, variant)
+    settings = OpenLoopSettings(pdms=PDMSConfig(reference_cache=str(out / "reference_cache")), executor=_executor(p))
+    return {"planners": evaluate_open(rows, scenes, out, settings, unreadable=problems),
             "unreadable_scene_files": problems}
 
 
-def stage_closed(p) -> dict:
-    """Closed-loop dev routes in lockstep (model planners on the first `model_routes` routes)."""
+def stage_speed(p) -> dict:
+    """The model rows timed on the test split at batch 1/8/32, interleaved (the tables' speed columns)."""
+    from wamdiff.eval.plan_timing import SpeedProbe, time_planners
+    from wamdiff.eval.planners import make_planner
+
+    scenes, _ = _test_scenes(p, None)
+    model_rows = {n: make_planner(s) for n, s in p.planners().items() if s.kind == "model"}
+    if not model_rows:
+        return {"planners": {}}
+    return {"planners": time_planners(model_rows, scenes, SpeedProbe.from_dict(p.cfg["evaluate"].get("speed", {})))}
+
+
+def stage_closed(p, rows: dict) -> dict:
+    """Closed-loop dev routes of `rows` ({name: spec}) in lockstep (model planners on the first `model_routes`)."""
     from wamdiff.eval.closedloop import route_set
     from wamdiff.eval.run import evaluate_closed
 
     cl = p.cfg["evaluate"].get("closedloop", {})
     routes = route_set(cl.get("routes", "dev"), per_family=cl.get("per_family"))[: cl.get("limit")]
     n_model = int(cl.get("model_routes", len(routes)))
-    return {"planners": evaluate_closed(p.planners(), routes, p.out / "eval", model_routes=n_model,
+    return {"planners": evaluate_closed(rows, routes, p.out / "eval", model_routes=n_model,
                                         route_set=cl.get("routes", "dev"), executor=_executor(p))}
 
 
@@ -118,18 +162,38 @@ def stage_bench(p) -> dict:
 
 
 def run_evaluation(p, run_stage) -> dict:
-    ev = {"evaluate": p.cfg["evaluate"], "checkpoints": p.cfg.get("checkpoints")}  # what the results depend on
-    planned = {**ev, "version": EVAL_VERSION}  # stages that score plans
-    results = {"open": run_stage(p, "eval_open", lambda: stage_open(p), settings=planned)}
+    """Every evaluation stage; open and closed loop one stage per report row (see the module docstring)."""
+    from wamdiff.eval.run import combine_closed, combine_open
+
+    cfg = p.cfg["evaluate"]
+    ev = {"evaluate": cfg, "checkpoints": p.cfg.get("checkpoints")}  # what the results depend on
+    # what a row's plans depend on besides its own spec and weights (`row_settings`)
+    planned = {"decode": cfg.get("decode"), "test_limit": cfg.get("test_limit"), "version": EVAL_VERSION}
+    plots = int(cfg.get("bev_plots", 4))
+    opened = per_row(p, run_stage, "eval_open", planned, lambda rows: stage_open(p, rows))
+    model_rows = {n: row_settings(p, n, s) for n, s in p.planners().items() if s.kind == "model"}
+    speed = run_stage(p, "eval_speed", lambda: stage_speed(p),
+                      settings={**planned, "rows": model_rows, "speed": cfg.get("speed", {})})
+    for name, timings in speed["planners"].items():
+        opened[name] = {**opened[name], "speed": timings}
+    combine_open(eval_dir(p), opened, _test_scenes(p, None)[0], plots)
+    results = {"open": {"planners": opened}}
     variants = p.cfg["data"].get("variants") or {}
-    if p.cfg["evaluate"].get("variants") and variants:
-        results["open_variants"] = {
-            name: run_stage(p, f"eval_open_{name}", lambda name=name: stage_open(p, name),
-                            settings={**planned, "variant": variants[name]}) for name in variants}
-    if p.cfg["evaluate"].get("closedloop"):
-        results["closed"] = run_stage(p, "eval_closed", lambda: stage_closed(p), settings=planned)
-    results["qa"] = run_stage(p, "eval_qa", lambda: stage_qa(p), settings=planned)
-    if p.cfg["evaluate"].get("top5_overlap"):
+    if cfg.get("variants") and variants:
+        results["open_variants"] = {}
+        for name in variants:
+            got = per_row(p, run_stage, f"eval_open_{name}", {**planned, "variant": variants[name]},
+                          lambda rows, name=name: stage_open(p, rows, name))
+            combine_open(eval_dir(p, name), got, _test_scenes(p, name)[0])
+            results["open_variants"][name] = {"planners": got}
+    if cfg.get("closedloop"):
+        closed = per_row(p, run_stage, "eval_closed", {**planned, "closedloop": cfg["closedloop"]},
+                         lambda rows: stage_closed(p, rows))
+        combine_closed(p.out / "eval", closed)
+        results["closed"] = {"planners": closed}
+    results["qa"] = run_stage(p, "eval_qa", lambda: stage_qa(p), settings={**planned, "rows": model_rows,
+                                                                         "qa_samples": cfg.get("qa_samples")})
+    if cfg.get("top5_overlap"):
         results["overlap"] = run_stage(p, "overlap", lambda: stage_overlap(p), settings=ev)
     if p.cfg.get("bench"):
         results["bench"] = run_stage(p, "bench", lambda: stage_bench(p),

@@ -18,6 +18,7 @@ row name in a pipeline config).
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -133,6 +134,7 @@ def evaluate_open(planners: dict[str, PlannerSpec], scenes: list, out: str | Pat
             entry["openloop"]["planner"] = name
             write_csv(ol_rows, out / f"openloop_{file}.csv")
             write_json(out / f"openloop_{file}.json", entry["openloop"])
+            write_json(out / f"plans_{file}.json", _plans_json(plans, scenes))
             results[name], plans_by[name] = entry, plans
     results = {name: results[name] for name in planners}  # back in the caller's order
     timed = {n: built[n][0] for n, spec in planners.items() if spec.kind == "model"}
@@ -143,8 +145,38 @@ def evaluate_open(planners: dict[str, PlannerSpec], scenes: list, out: str | Pat
                 results[name]["speed"] = speeds
     _write_open_summaries(out, results, plans_by, scenes, timings)  # 5.
     if ev is not None:
-        _plot_open(out, results, plans_by, rows_by, scenes, settings)
+        _plot_open(out, results, plans_by, rows_by, scenes, settings.plots, settings.pdms.epdms)
     return results
+
+
+def _plans_json(plans: list, scenes: list) -> dict:
+    return {"scene_ids": [s.scene_id for s in scenes], "xy": [None if p.xy is None else p.xy.tolist() for p in plans]}
+
+
+def combine_open(out: str | Path, results: dict, scenes: list, plots: int = 0) -> None:
+    """The all-planner summaries and plots of open-loop results evaluated in separate calls (the pipeline evaluates
+    one report row at a time): each planner's plans from its `plans_<file>.json`."""
+    import numpy as np
+
+    from wamdiff.eval.planners import Plan
+
+    out = Path(out)
+    files = planner_files(list(results))
+    plans_by = {}
+    for name in results:
+        stored = json.loads((out / f"plans_{files[name]}.json").read_text())
+        by_id = dict(zip(stored["scene_ids"], stored["xy"]))
+        plans_by[name] = [Plan(None if by_id.get(s.scene_id) is None else np.asarray(by_id[s.scene_id])) for s in scenes]
+    _write_open_summaries(out, results, plans_by, scenes, {})
+    if all(r.get("pdms") for r in results.values()):
+        _plot_open(out, results, plans_by, {}, scenes, plots)
+
+
+def combine_closed(out: str | Path, results: dict) -> None:
+    """`closedloop_summary.json` and the driving-score plot of closed-loop results evaluated in separate calls."""
+    out = Path(out)
+    write_json(out / "closedloop_summary.json", {"version": next(iter(results.values()))["version"], "planners": results})
+    plot_family_bars(results, "driving_score", out / "closedloop_driving_score.png")
 
 
 def _write_open_summaries(out: Path, results: dict, plans_by: dict, scenes: list, timings: dict) -> None:
@@ -175,12 +207,13 @@ def plot_indices(scenes: list, n: int) -> list[int]:
     return picked
 
 
-def _plot_open(out: Path, results: dict, plans_by: dict, rows_by: dict, scenes: list, settings: OpenLoopSettings):
+def _plot_open(out: Path, results: dict, plans_by: dict, rows_by: dict, scenes: list, plots: int, epdms: bool = False):
+    """Sub-score and per-family bars; BEV plots of `plots` scenes (with the simulated ego where `rows_by` has it)."""
     aggregates = {n: r["pdms"] for n, r in results.items()}
-    metrics = METRICS + (EPDMS_METRICS if settings.pdms.epdms else ())
+    metrics = METRICS + (EPDMS_METRICS if epdms else ())
     plot_subscores(aggregates, out / "pdms_subscores.png", [m for m in metrics if m not in ("tlc", "ec")])
     plot_family_bars(aggregates, "pdms", out / "pdms_per_family.png")
-    for i in plot_indices(scenes, settings.plots):
+    for i in plot_indices(scenes, plots):
         s = scenes[i]
         traj = {n: plans[i].xy for n, plans in plans_by.items()}
         sims = {n: rows[i]["_states"] for n, rows in rows_by.items() if "_states" in rows[i]}
@@ -224,8 +257,7 @@ def evaluate_closed(planners: dict[str, PlannerSpec], routes: list, out: str | P
             results[name] = {**agg, "routes": [{"name": r.route.name, "status": r.status, "success": r.success,
                                                 "completion": r.completion, "driving_score": r.driving_score}
                                                for r in res]}
-    write_json(out / "closedloop_summary.json", {"version": next(iter(results.values()))["version"], "planners": results})
-    plot_family_bars(results, "driving_score", out / "closedloop_driving_score.png")
+    combine_closed(out, results)
     return results
 
 
