@@ -58,3 +58,15 @@ def test_paired_difference_column_and_steps_after_the_ar_vla(tmp_path):
     assert got["B32"]["train_steps"] == 1000 and got["AR"]["train_steps"] == 0 and got["cv"]["train_steps"] is None
     rows = [{**r, "l2_4s": 2.0} for r in got.values()]
     assert plot_compute(rows, results, tmp_path / "c.png").stat().st_size > 0
+
+
+def test_family_table_lists_every_family_of_every_planner():
+    from wamdiff.report import family_table
+
+    fam = lambda x: {"pdms": x, "c": 1.0, "dac": 0.9}  # noqa: E731
+    results = {"open": {"planners": {"AR": {"pdms": {"per_family": {"merge": fam(0.9), "highway": fam(0.95)}}},
+                                     "B32": {"pdms": {"per_family": {"merge": fam(0.8)}}}}}}
+    lines = family_table(results)
+    assert lines[2] == "| planner | highway | merge |"
+    assert lines[4] == "| AR | 95.0 / 1.00 / 0.90 | 90.0 / 1.00 / 0.90 |"
+    assert lines[5] == "| B32 | – | 80.0 / 1.00 / 0.90 |"

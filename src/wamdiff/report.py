@@ -285,6 +285,24 @@ def plot_compute(rows: list[dict], results: dict, path: Path) -> Path | None:
     return path
 
 
+def family_table(results: dict) -> list[str]:
+    """Markdown lines: PDMS and comfort per scenario family for every planner (test split)."""
+    open_ = _get(results, "open", "planners") or {}
+    fams = sorted({f for o in open_.values() for f in (_get(o, "pdms", "per_family") or {})})
+    if not fams:
+        return []
+    out = ["## Per family (test split): PDMS / comfort C / DAC", "",
+           "| planner | " + " | ".join(fams) + " |", "|---|" + "|".join("---:" for _ in fams) + "|"]
+    for name, o in open_.items():
+        cells = []
+        for f in fams:
+            d = _get(o, "pdms", "per_family", f) or {}
+            cells.append("–" if d.get("pdms") is None else
+                         f"{100 * d['pdms']:.1f} / {_fmt(d.get('c'), '{:.2f}')} / {_fmt(d.get('dac'), '{:.2f}')}")
+        out.append(f"| {name} | " + " | ".join(cells) + " |")
+    return out + [""]
+
+
 # ------------------------------------------------------------------------------------------ report
 def write_report(p, results: dict) -> Path:
     from wamdiff.provenance import provenance
@@ -341,6 +359,7 @@ def write_report(p, results: dict) -> Path:
                   f"From `{recorded}` (see `checkpoints/PROVENANCE.json` for the config and commit); its speed figures "
                   "were taken under an earlier definition (batched tok/s while planning) and are not shown.", "",
                   markdown_table([{k: _num(v) for k, v in r.items()} for r in rec]), ""]
+    lines += family_table(results)
     jumps = [(n, o["consistency"]) for n, o in (_get(results, "open", "planners") or {}).items()
              if _get(o, "consistency", "n_plans")]
     if jumps:
