@@ -31,3 +31,28 @@ def test_export_ships_the_report_table_only_if_written_after_every_exported_stag
     os.utime(stage_file, (1e9, 3e9))  # the stage was replaced after the report: that table is of other weights
     export_checkpoints(config, dest, ["student"])
     assert not (dest / "pipeline_summary.csv").exists()
+
+
+def test_an_exported_student_decodes_as_the_pipeline_evaluated_it(tmp_path):
+    """A diffusion checkpoint ships the pipeline's `evaluate.decode` (`wamdiff_decode`), so `model:DIR` decodes that
+    way; the spec's own options still win, and an AR checkpoint ships none."""
+    from wamdiff.eval.specs import PlannerSpec
+    from wamdiff.models import to_diffusion
+
+    tok = build_tokenizer()
+    student = save_model(to_diffusion(build_model("tiny", tok, seed=0), 32, tokenizer=tok), tok, tmp_path / "student")
+    ar = save_model(build_model("tiny", tok, seed=1), tok, tmp_path / "ar")
+    out = tmp_path / "run"
+    config = tmp_path / "p.yaml"
+    config.write_text(yaml.safe_dump({
+        "out": str(out), "data": {"fmt": "delta"}, "checkpoints": {"student": str(student), "ar": str(ar)},
+        "evaluate": {"decode": {"mode": "block", "block": 17, "steps": 2, "threshold": 0.5, "ordinal": 2, "batch": 8}}}))
+    dest = export_checkpoints(config, tmp_path / "ship", ["student", "ar"])
+    assert json.loads((dest / "student" / "config.json").read_text())["wamdiff_decode"] == {
+        "block": 17, "steps": 2, "threshold": 0.5, "ordinal": 2}
+    assert "wamdiff_decode" not in json.loads((dest / "ar" / "config.json").read_text())
+    d = PlannerSpec.parse(f"model:{dest / 'student'}").decode
+    assert (d.mode, d.block_size, d.max_steps_per_block, d.threshold, d.ordinal_window) == ("block", 17, 2, 0.5, 2)
+    assert PlannerSpec.parse(f"model:{dest / 'student'},steps=4,ordinal=0").decode.max_steps_per_block == 4
+    assert PlannerSpec.parse(f"model:{dest / 'student'},mode=ar").decode.ordinal_window == 0  # AR: none of it
+    assert PlannerSpec.parse(f"model:{dest / 'ar'}").decode.mode == "ar"

@@ -383,9 +383,12 @@ def export_checkpoints(config: str | Path, dest: str | Path, stages: list[str], 
     dest.mkdir(parents=True, exist_ok=True)
     record = {"config": str(p.config_path), "config_text": p.config_path.read_text(), **provenance(), "stages": {}}
     finished = 0.0
+    decode = {k: v for k, v in (p.cfg.get("evaluate") or {}).get("decode", {}).items() if k in BLOCK_DECODE_OPTIONS}
     for stage in stages:
         src = p.checkpoint(stage)
         model, tok = load_model(src)
+        if p.is_diffusion_stage(stage) and decode:  # `model:DIR` then decodes as the pipeline evaluated it
+            model.config.wamdiff_decode = decode
         save_model(model.to(torch.bfloat16), tok, dest / stage)  # with src's image processor (image_processor_for)
         f = p.stage_file(stage)
         record["stages"][stage] = json.loads(f.read_text()) if f.exists() else {}

@@ -82,6 +82,8 @@ class PlannerSpec:
             raise ValueError(f"{where}: option fmt={fmt!r} is not one of {FORMATS}")
         batch, fallback = _batch_and_fallback(opts, where)
         opts.setdefault("mode", "block" if "block" in opts else recorded_decoding_mode(checkpoint))
+        if opts["mode"] == "block":  # the checkpoint's recommended decode, under the spec's own options
+            opts = {**recorded_decode_options(checkpoint), **opts}
         decode = DecodeConfig.from_options(opts, where)
         return cls("model", text, Path(checkpoint), decode, fmt, batch, fallback)
 
@@ -142,6 +144,12 @@ def recorded_answer_format(checkpoint: str | Path) -> str | None:
     """The answer format a checkpoint was trained on (`config.json` key `wamdiff_answer_format`, written by the
     trainer from the dataset's manifest), so a spec needs no `fmt=` for the world's own models."""
     return _recorded_config(checkpoint).get("wamdiff_answer_format")
+
+
+def recorded_decode_options(checkpoint: str | Path) -> dict:
+    """The decode a diffusion checkpoint ships with (`config.json` key `wamdiff_decode`, short option names, written by
+    `wamdiff pipeline --export` from the pipeline's `evaluate.decode`), so `model:DIR` decodes as it was evaluated."""
+    return dict(_recorded_config(checkpoint).get("wamdiff_decode") or {})
 
 
 def recorded_decoding_mode(checkpoint: str | Path) -> str:
