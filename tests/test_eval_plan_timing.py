@@ -60,6 +60,8 @@ def test_report_speed_columns_use_the_plan_timings_at_batch_1():
 
     class P:  # two AR rows: "× AR" divides by the one the bench compares (`bench.ar`), not by the first
         cfg = {"bench": {"ar": "ar_vla"}}
+        out = Path("/nonexistent/run")  # no per-scene files: no paired column
+        checkpoints: dict = {}
 
         @staticmethod
         def planners():
