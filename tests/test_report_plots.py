@@ -40,12 +40,12 @@ def test_paired_difference_column_and_steps_after_the_ar_vla(tmp_path):
     for stage, steps in (("b1", 200), ("b32", 800)):
         p.stage_file(stage).parent.mkdir(parents=True, exist_ok=True)
         p.stage_file(stage).write_text(json.dumps({"steps": steps}))
-    files = planner_files([s.text for s in p.planners().values()])
+    files = planner_files(list(p.planners()))  # result files are named by row
     scores = {"AR": [0.9, 0.8, 1.0, 0.7], "B32": [0.95, 0.7, 1.0, 0.9]}
     (p.out / "eval").mkdir(parents=True)
     for name, vals in scores.items():
         lines = [f"s{i},True,{v}" for i, v in enumerate(vals)] + (["only_ar,True,0.0"] if name == "AR" else [])
-        (p.out / "eval" / f"pdms_{files[p.planners()[name].text]}.csv").write_text(
+        (p.out / "eval" / f"pdms_{files[name]}.csv").write_text(
             "scene_id,valid,pdms\n" + "\n".join(lines) + "\n")  # the AR-only scene is left out of the pairs
     results = {"open": {"planners": {n: {"pdms": {"overall": {"pdms": sum(v) / 4, "pdms_ci95": [0.7, 0.95]}}}
                                      for n, v in scores.items()}}}

@@ -38,10 +38,10 @@ def per_row(p, run_stage, stage: str, settings: dict, fn) -> dict:
     from wamdiff.eval.report import planner_files
 
     specs = p.planners()
-    files = planner_files([s.text for s in specs.values()])
+    files = planner_files(list(specs))  # the row's result files and its stage are named alike
     out = {}
     for name, spec in specs.items():
-        done = run_stage(p, f"{stage}.{files[spec.text]}", lambda name=name, spec=spec: fn({name: spec}),
+        done = run_stage(p, f"{stage}.{files[name]}", lambda name=name, spec=spec: fn({name: spec}),
                          settings={**settings, **row_settings(p, name, spec)})
         out[name] = done["planners"][name]
     return out

@@ -60,10 +60,10 @@ def scene_pdms(p, specs: dict) -> dict[str, dict[str, float]]:
     """Per planner: {scene id: PDMS} of the test split (the evaluation's per-scene CSVs), for paired comparisons."""
     from wamdiff.eval.report import planner_files
 
-    files = planner_files([s.text for s in specs.values()])
+    files = planner_files(list(specs))  # the evaluation names its files by row name
     out = {}
-    for name, spec in specs.items():
-        path = p.out / "eval" / f"pdms_{files[spec.text]}.csv"
+    for name in specs:
+        path = p.out / "eval" / f"pdms_{files[name]}.csv"
         if path.exists():
             with open(path) as fh:
                 out[name] = {r["scene_id"]: float(r["pdms"]) for r in csv.DictReader(fh) if r["valid"] == "True"}
