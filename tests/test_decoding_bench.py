@@ -293,3 +293,21 @@ def test_the_headline_pair_is_timed_again_paired(monkeypatch):
     row = next(line for line in md.splitlines() if "fastest at AR quality" in line)
     assert row.split(" | ")[-2] == "3.00x"  # the "× AR paired" column
     assert "median of 3 paired rounds" in md
+
+
+def test_a_one_step_cap_is_timed_once_whatever_tau():
+    """At a cap of one step every position is decided by the first forward, so tau cannot matter: the grid times
+    one such point per (B, cache), and the decode it stands for is the same for every tau."""
+    from wamdiff.decoding import generate
+    from wamdiff.models import build_model, build_tokenizer, to_diffusion
+
+    grid = BenchGrid([1], [4, 8], [0.5, 0.9], ["fp32"], 12, [2, 1], caches=["exact"])
+    points = grid.diffusion_points()
+    assert sorted(points) == sorted([(4, 0.5, 2, "exact"), (4, 0.9, 2, "exact"), (4, 0.5, 1, "exact"),
+                                     (8, 0.5, 2, "exact"), (8, 0.9, 2, "exact"), (8, 0.5, 1, "exact")])
+    tok = build_tokenizer()
+    model = to_diffusion(build_model("tiny", tok, vision=False, seed=0), 4, tokenizer=tok)
+    prompts = synthetic_prompts(tok, 2, vision=False)
+    ids = [[g.token_ids for g in generate(model, tok, prompts, grid.block_config((4, tau, 1, "exact")))]
+           for tau in (0.5, 0.9, 0.999)]
+    assert ids[0] == ids[1] == ids[2] and all(len(i) > 1 for i in ids[0])

@@ -136,8 +136,9 @@ def test_every_prompt_path_uses_the_models_geometry(world):
     (w.root / "data" / "test_qa.json").write_text(w.data["val_qa"].read_text())
     spec_text = f"model:{conv},mode=block,block=4,steps=2"
     qa_spec = parse_specs([spec_text])[spec_text]
-    p = SimpleNamespace(cfg={"evaluate": {"qa_samples": 2}}, data_dir=w.root / "data",
-                        planners=lambda: {"m": replace(qa_spec, text="stage:m")})
+    # a student row decodes with the ordinal read-out, which free-text QA answers have no grid for
+    qa_spec = replace(qa_spec, text="stage:m", decode=replace(qa_spec.decode, ordinal_window=2))
+    p = SimpleNamespace(cfg={"evaluate": {"qa_samples": 2}}, data_dir=w.root / "data", planners=lambda: {"m": qa_spec})
     assert stage_qa(p)["planners"]["m"]["n"] == 2
 
 

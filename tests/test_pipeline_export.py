@@ -56,3 +56,20 @@ def test_an_exported_student_decodes_as_the_pipeline_evaluated_it(tmp_path):
     assert PlannerSpec.parse(f"model:{dest / 'student'},steps=4,ordinal=0").decode.max_steps_per_block == 4
     assert PlannerSpec.parse(f"model:{dest / 'student'},mode=ar").decode.ordinal_window == 0  # AR: none of it
     assert PlannerSpec.parse(f"model:{dest / 'ar'}").decode.mode == "ar"
+
+
+def test_a_given_checkpoint_exported_onto_itself_is_left_untouched(tmp_path):
+    """The default config is given `checkpoints/ar_vla` and exports into `checkpoints/`: rewriting that file would
+    change its time and so re-run every evaluation keyed by it, for the same weights."""
+    tok = build_tokenizer()
+    ship = tmp_path / "ship"
+    ckpt = save_model(build_model("tiny", tok, seed=0), tok, ship / "ar")
+    weights = ckpt / "model.safetensors"
+    os.utime(weights, (1e9, 1e9))
+    before = weights.read_bytes()
+    config = tmp_path / "p.yaml"
+    config.write_text(yaml.safe_dump({"out": str(tmp_path / "run"), "data": {"fmt": "delta"},
+                                      "checkpoints": {"ar": str(ckpt)}}))
+    export_checkpoints(config, ship, ["ar"])
+    assert weights.stat().st_mtime == 1e9 and weights.read_bytes() == before
+    assert "ar" in json.loads((ship / "PROVENANCE.json").read_text())["stages"]

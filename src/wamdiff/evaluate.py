@@ -126,7 +126,8 @@ def stage_qa(p) -> dict:
         vision = bool(is_vision_model(model))
         examples = load_examples(p.data_dir / "test_qa.json", tok, vision=vision, limit=limit,
                                  image_processor=image_processor_for(model))
-        config = replace(spec.decode, max_new_tokens=32)
+        # QA answers are free text: no trajectory grammar and no grid read-out (`ordinal_window`), the rest as planned
+        config = replace(spec.decode, max_new_tokens=32, grammar=None, ordinal_window=0)
         hits = 0
         with torch.inference_mode():
             for i in range(0, len(examples), 16):

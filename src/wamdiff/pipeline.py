@@ -386,10 +386,11 @@ def export_checkpoints(config: str | Path, dest: str | Path, stages: list[str], 
     decode = {k: v for k, v in (p.cfg.get("evaluate") or {}).get("decode", {}).items() if k in BLOCK_DECODE_OPTIONS}
     for stage in stages:
         src = p.checkpoint(stage)
-        model, tok = load_model(src)
-        if p.is_diffusion_stage(stage) and decode:  # `model:DIR` then decodes as the pipeline evaluated it
-            model.config.wamdiff_decode = decode
-        save_model(model.to(torch.bfloat16), tok, dest / stage)  # with src's image processor (image_processor_for)
+        if src.resolve() != (dest / stage).resolve():  # a given checkpoint exported onto itself stays untouched
+            model, tok = load_model(src)  # (rewriting it would re-time its weights file and re-run its evaluation)
+            if p.is_diffusion_stage(stage) and decode:  # `model:DIR` then decodes as the pipeline evaluated it
+                model.config.wamdiff_decode = decode
+            save_model(model.to(torch.bfloat16), tok, dest / stage)  # with src's image processor (image_processor_for)
         f = p.stage_file(stage)
         record["stages"][stage] = json.loads(f.read_text()) if f.exists() else {}
         finished = max(finished, f.stat().st_mtime if f.exists() else 0.0)

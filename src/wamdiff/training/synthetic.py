@@ -58,7 +58,8 @@ def write_dataset(directory: str | Path, *, n_train: int = 6, n_val: int = 4, n_
             cmd = ["left", "straight", "right"][i % 3]
             human = PROMPT.format(cmd=cmd, vx=rng.uniform(0, 12), vy=rng.uniform(-0.5, 0.5), ax=rng.uniform(-1, 1), ay=rng.uniform(-1, 1))
             out.append({"datasource": "synthetic", "id": f"{split}-{i}", "image": [img],
-                        "conversations": [{"from": "human", "value": human}, {"from": "gpt", "value": trajectory_text(rng, n_points, fmt)}]})
+                        "conversations": [{"from": "human", "value": human},
+                                          {"from": "gpt", "value": trajectory_text(rng, n_points, fmt)}]})
         return out
 
     def qa(split: str, n: int) -> list[dict]:
