@@ -230,10 +230,13 @@ def _live_scenes(n: int):
 
 def test_served_plans_equal_in_process_plans(model_server):
     from wamdiff.eval.planners import make_planner, plan_scenes
+    from wamdiff.eval.specs import recorded_decode_options
 
     url, engine = model_server
     info = engine.info()
-    assert info["mode"] == "block" and info["block_size"] == 32 and info["threshold"] == 0.9 and info["format"] == "delta"
+    recorded = recorded_decode_options(SERVED)  # the decode the pipeline evaluated the shipped student with
+    assert info["mode"] == "block" and info["format"] == "delta"
+    assert info["block_size"] == recorded.get("block", 32) and info["threshold"] == recorded.get("threshold", 0.9)
     scenes = _live_scenes(3)
     served = plan_scenes(make_planner(url), scenes)
     local = plan_scenes(make_planner(f"{IN_PROCESS},batch=1"), scenes)

@@ -356,8 +356,8 @@ def write_report(p, results: dict) -> Path:
         with open(recorded) as fh:
             rec = list(csv.DictReader(fh))
         lines += ["## Every training level, from the full pipeline run (recorded, not re-run here)", "",
-                  f"From `{recorded}` (see `checkpoints/PROVENANCE.json` for the config and commit); its speed figures "
-                  "were taken under an earlier definition (batched tok/s while planning) and are not shown.", "",
+                  f"From `{recorded}` (see `checkpoints/PROVENANCE.json` for the config and commit); its speed columns "
+                  "were timed on the machine that ran the pipeline, not on this one.", "",
                   markdown_table([{k: _num(v) for k, v in r.items()} for r in rec]), ""]
     lines += family_table(results)
     jumps = [(n, o["consistency"]) for n, o in (_get(results, "open", "planners") or {}).items()
