@@ -92,9 +92,10 @@ def test_a_stage_can_name_its_aggregation_rounds(tmp_path):
 
 
 def test_the_conversion_trains_on_one_mixture_it_can_make_from_the_ar_vla(tmp_path):
-    """Every stage after the AR VLA sees the same data: the expert scenes, the route-phase scenes and the round the
-    given AR VLA drives itself (round 6), never the rounds of the AR chain, which exist only when `--from-scratch`
-    trains that chain; the stages after `block32` add the round the student drives (round 7)."""
+    """Every stage after the AR VLA sees the same data: the expert scenes, the route-phase scenes, the busier and
+    faster traffic (`data.train_variants`, each set by its size) and the round the given AR VLA drives itself
+    (round 6), never the rounds of the AR chain, which exist only when `--from-scratch` trains that chain; the
+    stages after `block32` add the round the student drives (round 7)."""
     from wamdiff.pipeline import Pipeline, training_sources
 
     p = Pipeline.load(ROOT / "configs" / "default.yaml")
@@ -105,11 +106,19 @@ def test_the_conversion_trains_on_one_mixture_it_can_make_from_the_ar_vla(tmp_pa
     def mixture(name):
         return sorted((Path(s["path"]).relative_to(p.out).as_posix(), s["weight"]) for s in training_sources(p, stages[name]))
 
-    base = [("data/train.json", 1.0), ("data/train_qa.json", p.cfg["data"]["qa_weight"]), ("data_phases/train.json", 1.0)]
+    variants = p.cfg["data"]["train_variants"]
+    total = sum(v["per_family"] for v in variants.values())
+    base = [("data/train.json", 1.0), ("data/train_qa.json", p.cfg["data"]["qa_weight"]), ("data_phases/train.json", 1.0),
+            *[(f"data_train_{n}/train.json", pytest.approx(v["per_family"] / total)) for n, v in variants.items()]]
     for name in ["block1", "block4", "block8", "block16", "block32", "teacher_ar", "teacher_block4", "teacher_block32"]:
         assert mixture(name) == sorted([*base, ("data/agg_r6.json", 0.5)]), name
     for name in ["distill_block", "distill_model"]:
         assert mixture(name) == sorted([*base, ("data/agg_r6.json", 0.25), ("data/agg_r7.json", 0.25)]), name
+    for name in ["ar_sft", "ar_vla"]:  # the AR VLA's own chain never sees them
+        assert not any("data_train_" in path for path, _ in mixture(name)), name
+    del p.cfg["data"]["train_variants"]
+    with pytest.raises(ValueError, match="needs data.train_variants"):
+        training_sources(p, stages["block32"])
     producer = {s["aggregate"]["round"]: s["aggregate"]["planner"] for s in p.cfg["train"] if "aggregate" in s}
     assert producer[6] == "ar_vla" and "ar_vla" in p.cfg["checkpoints"]
     assert producer[7].split(",")[0] == "block32"

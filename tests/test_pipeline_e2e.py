@@ -33,12 +33,12 @@ def smoke_config(out) -> dict:
     return {
         "out": str(out), "seed": 0, "threads": 1,
         "data": {"families": ["highway", "merge"], "fmt": "fixed1", "per_family": {"train": 3, "val": 2, "test": 2},
-                 "workers": 1, "qa_weight": 0.2},
+                 "workers": 1, "qa_weight": 0.2, "train_variants": {"fast": {"speed_scale": 1.25, "per_family": 2}}},
         "train": [
             _stage("ar_sft", "ar_sft"),
             _stage("block1", "block1", "ar_sft"), _stage("block4", "block4", "block1"),
             _stage("block8", "block8", "block4"), _stage("block16", "block16", "block8"),
-            _stage("block32", "block32", "block16"),
+            {**_stage("block32", "block32", "block16"), "train_variants": 1.0},
             _stage("distill_block", "distill_block", "block32", "block16"),
             _stage("teacher_ar_sft", "ar_sft"), _stage("teacher_block32", "block32", "teacher_ar_sft"),
             _stage("distill_model", "distill_model", "distill_block", "teacher_block32",
@@ -83,6 +83,7 @@ def test_pipeline_smallest_scale(tmp_path, monkeypatch):
         assert (out / "stages" / f"{name}.json").exists(), name
     for kind in ("eval_open", "eval_closed"):  # one stage per report row
         assert len(list((out / "stages").glob(f"{kind}.*.json"))) == len(smoke_config(out)["evaluate"]["planners"]), kind
+    assert len(json.loads((out / "data_train_fast" / "train.json").read_text())) == 4  # 2 per family, mixed into block32
     for stage in ["ar_sft", "block1", "block4", "block8", "block16", "block32", "distill_block", "distill_model"]:
         assert (out / "ckpt" / stage / "final" / "model.safetensors").exists(), stage
     report = out / "report"

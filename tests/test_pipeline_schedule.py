@@ -75,13 +75,24 @@ def _times(tmp, name):
 
 
 def test_lanes_run_independent_stages_together_and_dependent_ones_after(tmp_path):
-    stages = [{"name": "a"}, {"name": "b", "init": "a"}, {"name": "t"}, {"name": "done_before", "init": "a"}]
+    stages = [{"name": "a"}, {"name": "b", "init": "a"}, {"name": "t"}, {"name": "done_before", "init": "t0"}]
     run_lanes(stages, 2, lambda s: s["name"] == "done_before", _job(tmp_path, 1.0), tmp_path / "logs")
     a, b, t = (_times(tmp_path, n) for n in "abt")
     assert t[0] < a[1] and a[0] < t[1]  # a and t overlapped
     assert b[0] >= a[1]  # b started after a ended
     assert not (tmp_path / "done_before.start").exists()
     assert (tmp_path / "logs" / "a.log").exists()
+
+
+def test_a_stage_done_before_runs_again_after_a_stage_it_needs_runs_again(tmp_path):
+    """Done-ness is decided when the lanes start, before anything re-runs: a finished round driven by a student that
+    trains again (and the stage mixing that round in) must wait for it and run again, not be skipped."""
+    stages = [{"name": "s"}, {"name": "r7", "aggregate": {"planner": "s,steps=2", "round": 7}},
+              {"name": "d", "init": "s", "agg": 0.5, "agg_rounds": [7]}, {"name": "u"}]
+    run_lanes(stages, 2, lambda s: s["name"] in ("r7", "d", "u"), _job(tmp_path, 0.3), tmp_path / "logs")
+    s_, r7, d = (_times(tmp_path, n) for n in ("s", "r7", "d"))
+    assert s_[1] <= r7[0] and r7[1] <= d[0]
+    assert not (tmp_path / "u.start").exists()  # needs nothing that ran: still done
 
 
 def test_a_failed_stage_stops_new_starts_and_names_its_log(tmp_path):

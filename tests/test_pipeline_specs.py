@@ -48,3 +48,97 @@ def test_config_base_merges_and_extends(tmp_path):
 
     with pytest.raises(ValueError, match="seed_extra"):
         _read_config(tmp_path / "bad.yaml")
+
+
+def _chain(tmp_path, b_lr: float = 1e-3) -> Pipeline:
+    """a -> b (init) -> round 7 driven by b -> c (init b, mixes round 7), with the AR VLA given."""
+    (tmp_path / "ar").mkdir(exist_ok=True)
+    cfg = {"out": str(tmp_path / "run"), "data": {"fmt": "delta"}, "checkpoints": {"ar": str(tmp_path / "ar")},
+           "train": [{"name": "a", "recipe": "r.yaml", "init": "ar"},
+                     {"name": "b", "recipe": "r.yaml", "init": "a", "set": {"optim.lr": b_lr}},
+                     {"name": "r7", "aggregate": {"planner": "b,steps=2", "round": 7}},
+                     {"name": "c", "recipe": "r.yaml", "init": "b", "agg": 0.5, "agg_rounds": [7]}]}
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
+    return Pipeline.load(tmp_path / "c.yaml")
+
+
+def test_a_stage_runs_again_when_a_stage_it_reads_from_finished_after_it(tmp_path):
+    """A stage is done only if it finished after every stage it starts from, learns from, drives or mixes in:
+    training `b` again makes the round it drives and the stage after it stale, not the stage before it."""
+    from wamdiff.pipeline import run_stage, stage_done
+
+    p = _chain(tmp_path)
+    specs = {s["name"]: s for s in p.cfg["train"]}
+    for name in ("a", "b", "r7", "c"):
+        run_stage(p, name, dict, settings=specs[name])
+    assert all(stage_done(p, n, specs[n]) is not None for n in specs)
+    p2 = _chain(tmp_path, b_lr=2e-3)  # b's settings change: b runs again
+    specs2 = {s["name"]: s for s in p2.cfg["train"]}
+    assert stage_done(p2, "b", specs2["b"]) is None
+    run_stage(p2, "b", dict, settings=specs2["b"])
+    assert stage_done(p2, "a", specs2["a"]) is not None  # upstream of b: untouched
+    assert stage_done(p2, "r7", specs2["r7"]) is None  # drives b
+    assert stage_done(p2, "c", specs2["c"]) is None  # starts from b and mixes round 7
+    run_stage(p2, "r7", dict, settings=specs2["r7"])
+    run_stage(p2, "c", dict, settings=specs2["c"])
+    assert all(stage_done(p2, n, specs2[n]) is not None for n in specs2)
+
+
+def test_a_stage_dir_trained_otherwise_is_kept_aside_and_not_resumed(tmp_path):
+    """Resuming is for an interrupted run of the same stage: a finished stage trained again (other settings or
+    newer inputs) starts afresh, its old dir moved aside with every file in it."""
+    from wamdiff.pipeline import STAGE_KEY_FILE, _claim_stage_dir, run_stage
+
+    p = _chain(tmp_path)
+    spec = {s["name"]: s for s in p.cfg["train"]}["b"]
+    legacy = p.out / "ckpt" / "b"
+    (legacy / "checkpoints" / "step-100").mkdir(parents=True)
+    assert _claim_stage_dir(p, spec) == legacy  # interrupted, no record: resumed in place
+    assert (legacy / "checkpoints" / "step-100").is_dir() and (legacy / STAGE_KEY_FILE).is_file()
+    assert _claim_stage_dir(p, spec) == legacy and (legacy / "checkpoints").is_dir()  # same key: resumed
+    run_stage(p, "b", dict, settings=spec)  # it finished
+    changed = {**spec, "set": {"optim.lr": 5e-3}}
+    assert _claim_stage_dir(p, changed) == legacy and not (legacy / "checkpoints").exists()
+    aside = [d for d in legacy.parent.iterdir() if d.name.startswith("b.superseded-")]
+    assert len(aside) == 1 and (aside[0] / "checkpoints" / "step-100").is_dir()
+
+
+def test_a_round_labelled_again_replaces_its_old_labels(tmp_path, monkeypatch):
+    """An aggregation round whose planner was retrained is driven again (`force`), not read back from its files."""
+    import wamdiff.eval.aggregation as aggregation
+    import wamdiff.pipeline as pipeline
+
+    p = _chain(tmp_path)
+    spec = {s["name"]: s for s in p.cfg["train"]}["r7"]
+    seen = []
+    monkeypatch.setattr(aggregation, "aggregate_round", lambda *a, force=False, **k: seen.append(force) or
+                        {"labelled": 0, "families": {}})
+    monkeypatch.setattr(Pipeline, "planner", lambda self, text: type("P", (), {"fmt": "delta"})())
+    pipeline.stage_aggregate(p, spec)
+    pipeline.run_stage(p, "r7", dict, settings=spec)
+    pipeline.stage_aggregate(p, spec)
+    assert seen == [False, True]
+
+
+def test_overlap_and_bench_run_again_when_a_model_they_read_is_retrained(tmp_path):
+    """Their settings hold the weights of the models they read: a retrained student (new weights file) changes
+    them, a stage they do not read does not."""
+    import os
+
+    from wamdiff.evaluate import model_stage_settings
+
+    p = _chain(tmp_path)
+    p.cfg["evaluate"] = {"top5_overlap": {"student": "c", "diffusion_teacher": "b", "ar_teacher": "ar"}}
+    p.cfg["bench"] = {"ar": "ar", "diffusion": "b"}
+    for stage in ("a", "b", "c"):
+        p.checkpoint(stage).mkdir(parents=True)
+        (p.checkpoint(stage) / "model.safetensors").write_bytes(b"x" * 8)
+    (tmp_path / "ar" / "model.safetensors").write_bytes(b"y" * 8)
+    before = {s: model_stage_settings(p, s) for s in ("overlap", "bench")}
+    os.utime(p.checkpoint("a") / "model.safetensors", ns=(1, 1))  # read by neither
+    assert {s: model_stage_settings(p, s) for s in ("overlap", "bench")} == before
+    (p.checkpoint("c") / "model.safetensors").write_bytes(b"z" * 9)  # the student, retrained
+    assert model_stage_settings(p, "overlap") != before["overlap"]
+    assert model_stage_settings(p, "bench") == before["bench"]
+    os.utime(p.checkpoint("b") / "model.safetensors", ns=(2, 2))  # the bench's student
+    assert model_stage_settings(p, "bench") != before["bench"]

@@ -11,26 +11,40 @@ row added to a config, or retrained, is evaluated alone and every other row is r
   eval_qa      - multi-task retention: exact match on the test split's question-answer pairs
   overlap      - teacher-student top-5 token overlap: diffusion teacher vs AR teacher, same student
   bench        - AR VLA vs diffusion student decoding speed, side by side on the same prompts
+(overlap and bench are keyed by their models' weights too: retraining the student or a teacher reruns them)
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 # Part of every evaluation stage's settings: results written by an older evaluation (e.g. with silent fallbacks)
 # are recomputed, not reused.
 EVAL_VERSION = "eval-run/2 (failures score as failures)"
 
 
+def weights_key(checkpoint) -> list:
+    """A checkpoint's weights file, its size and time: what makes a retrained stage's results be computed again."""
+    f = Path(checkpoint) / "model.safetensors"
+    return [str(f), *((f.stat().st_size, f.stat().st_mtime_ns) if f.exists() else ())]
+
+
 def row_settings(p, name: str, spec) -> dict:
     """What a report row's evaluation depends on besides the evaluation settings: its name, spec and, for a model,
-    its weights file (size and time: a retrained stage is evaluated again)."""
-    weights = None
-    if spec.kind == "model":
-        f = spec.checkpoint / "model.safetensors"
-        weights = [str(f), *((f.stat().st_size, f.stat().st_mtime_ns) if f.exists() else ())]
-    return {"row": name, "spec": spec.text, "weights": weights}
+    its weights (`weights_key`)."""
+    return {"row": name, "spec": spec.text, "weights": weights_key(spec.checkpoint) if spec.kind == "model" else None}
+
+
+def model_stage_settings(p, stage: str) -> dict:
+    """The `overlap` / `bench` stage's settings: its config section and the weights of the models it reads."""
+    if stage == "overlap":
+        section, keys = p.cfg["evaluate"]["top5_overlap"], ("student", "diffusion_teacher", "ar_teacher")
+    else:
+        section, keys = p.cfg["bench"], ("ar", "diffusion")
+    return {stage: section, "checkpoints": p.cfg.get("checkpoints"),
+            "weights": {k: weights_key(p.checkpoint(section[k])) for k in keys}}
 
 
 def per_row(p, run_stage, stage: str, settings: dict, fn) -> dict:
@@ -167,7 +181,6 @@ def run_evaluation(p, run_stage) -> dict:
     from wamdiff.eval.run import combine_closed, combine_open
 
     cfg = p.cfg["evaluate"]
-    ev = {"evaluate": cfg, "checkpoints": p.cfg.get("checkpoints")}  # what the results depend on
     # what a row's plans depend on besides its own spec and weights (`row_settings`)
     planned = {"decode": cfg.get("decode"), "test_limit": cfg.get("test_limit"), "version": EVAL_VERSION}
     plots = int(cfg.get("bev_plots", 4))
@@ -195,10 +208,9 @@ def run_evaluation(p, run_stage) -> dict:
     results["qa"] = run_stage(p, "eval_qa", lambda: stage_qa(p), settings={**planned, "rows": model_rows,
                                                                          "qa_samples": cfg.get("qa_samples")})
     if cfg.get("top5_overlap"):
-        results["overlap"] = run_stage(p, "overlap", lambda: stage_overlap(p), settings=ev)
+        results["overlap"] = run_stage(p, "overlap", lambda: stage_overlap(p), settings=model_stage_settings(p, "overlap"))
     if p.cfg.get("bench"):
-        results["bench"] = run_stage(p, "bench", lambda: stage_bench(p),
-                                     settings={"bench": p.cfg["bench"], "checkpoints": p.cfg.get("checkpoints")})
+        results["bench"] = run_stage(p, "bench", lambda: stage_bench(p), settings=model_stage_settings(p, "bench"))
     results["training"] = {s["name"]: json.loads(p.stage_file(s["name"]).read_text())
                            for s in p.cfg.get("train") or [] if p.stage_file(s["name"]).exists()}
     return results

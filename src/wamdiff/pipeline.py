@@ -85,6 +85,11 @@ class Pipeline:
         so inside junctions and after them); a stage mixes them in with `phases: w`."""
         return self.out / "data_phases"
 
+    def train_variant_dir(self, name: str) -> Path:
+        """Training scenes simulated with other world settings (`data.train_variants.<name>`: busier or faster
+        traffic than the default world's); a stage mixes them in with `train_variants: w`."""
+        return self.out / f"data_train_{name}"
+
     def variant_dir(self, name: str) -> Path:
         """Test scenes of an unseen traffic variant (`data.variants.<name>`: world settings other than training's)."""
         return self.out / f"data_variant_{name}"
@@ -177,20 +182,43 @@ def _fingerprint(settings) -> str | None:
         json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+def _finished_at(p: Pipeline, name: str) -> float | None:
+    """When the stage `name` last finished (its record's stamp; the record file's mtime for older records)."""
+    f = p.stage_file(name)
+    if not f.exists():
+        return None
+    return json.loads(f.read_text()).get("finished_unix") or f.stat().st_mtime
+
+
+def _stage_inputs(p: Pipeline, spec: dict) -> dict[str, float | str | None]:
+    """What a training stage reads from other stages: each input's finish stamp, or its path when it is a given
+    checkpoint (`checkpoints:`), so a stage trained again makes the stages after it stale."""
+    from wamdiff.schedule import stage_needs
+
+    return {dep: str(p.checkpoints[dep]) if dep in p.checkpoints else _finished_at(p, dep)
+            for dep in stage_needs(spec, training_stages(p))}
+
+
 def stage_done(p: Pipeline, name: str, settings=None) -> dict | None:
     """The stage's record when it finished earlier with the same `settings` (files written before fingerprints
-    existed count as done), else None."""
+    existed count as done), and, for a training stage, after every stage it reads from finished; else None."""
     f = p.stage_file(name)
     if not f.exists():
         return None
     done = json.loads(f.read_text())
-    return done if settings is None or done.get("settings_fingerprint") in (None, _fingerprint(settings)) else None
+    if settings is not None and done.get("settings_fingerprint") not in (None, _fingerprint(settings)):
+        return None
+    if isinstance(settings, dict) and name in {s["name"] for s in training_stages(p)}:
+        finished = done.get("finished_unix") or f.stat().st_mtime
+        if any(isinstance(t, float) and t > finished for t in _stage_inputs(p, settings).values()):
+            return None
+    return done
 
 
 def run_stage(p: Pipeline, name: str, fn: Callable[[], dict], settings=None) -> dict:
     """Run `fn` unless its stage file exists with the same `settings` (the config the stage depends on); record
-    wall time, the result and the settings' fingerprint. A stage whose settings changed runs again (training
-    stages then resume from their last checkpoint)."""
+    wall time, the result and the settings' fingerprint. A stage whose settings changed, or a training stage that
+    finished before a stage it reads from, runs again (afresh: `_claim_stage_dir`)."""
     f = p.stage_file(name)
     key = _fingerprint(settings)
     done = stage_done(p, name, settings)
@@ -198,11 +226,12 @@ def run_stage(p: Pipeline, name: str, fn: Callable[[], dict], settings=None) -> 
         console.print(f"[dim]stage {name}: done earlier, skipped[/dim]")
         return done
     if f.exists():
-        console.print(f"stage {name}: its settings changed since it ran; running it again")
+        console.print(f"stage {name}: its settings or a stage it reads from changed since it ran; running it again")
     console.rule(f"stage {name}")
     t0 = time.perf_counter()
     result = fn() or {}
-    result = {**result, "stage": name, "stage_wall_s": round(time.perf_counter() - t0, 1), "settings_fingerprint": key}
+    result = {**result, "stage": name, "stage_wall_s": round(time.perf_counter() - t0, 1), "settings_fingerprint": key,
+              "finished_unix": time.time()}
     write_json(f, result)
     _log(p, f"{name}: {result['stage_wall_s']} s")
     return result
@@ -243,11 +272,14 @@ def stage_data(p: Pipeline, splits: tuple[str, ...] = ("train", "val", "test")) 
         phases = dict(d["phases"])
         stats["phases"] = generate_dataset(p.phases_dir, split="train", n=int(phases.pop("per_family")),
                                            fmt=d.get("fmt", "text2"), **common, **phases)
-    for name, world in (d.get("variants") or {}).items():
-        n = int(world.get("per_family", d["per_family"]["test"]))
+    worlds = [(f"variant_{name}", p.variant_dir(name), "test", world) for name, world in (d.get("variants") or {}).items()]
+    if "train" in splits:
+        worlds += [(f"train_{name}", p.train_variant_dir(name), "train", world)
+                   for name, world in (d.get("train_variants") or {}).items()]
+    for key, out, split, world in worlds:
+        n = int(world.get("per_family", d["per_family"][split]))
         cfg = {k: v for k, v in world.items() if k != "per_family"}
-        stats[f"variant_{name}"] = generate_dataset(p.variant_dir(name), split="test", n=n, fmt=d.get("fmt", "text2"),
-                                                    **common, **cfg)
+        stats[key] = generate_dataset(out, split=split, n=n, fmt=d.get("fmt", "text2"), **common, **cfg)
     return {"splits": stats}
 
 
@@ -267,7 +299,9 @@ def stage_aggregate(p: Pipeline, spec: dict) -> dict:
     fmt = planner.fmt
     with progress_bar(console) as prog:
         task = prog.add_task(f"{spec['name']}: routes", total=len(settings.routes()))
-        entry = aggregate_round(planner, p.format_dir(fmt), settings, fmt, progress=lambda: prog.advance(task))
+        # a round that finished before runs again only because its settings or its planner changed: label anew
+        entry = aggregate_round(planner, p.format_dir(fmt), settings, fmt, force=p.stage_file(spec["name"]).exists(),
+                                progress=lambda: prog.advance(task))
     return {"labelled": entry["labelled"], "families": entry["families"]}
 
 
@@ -294,6 +328,15 @@ def training_sources(p: Pipeline, spec: dict) -> list[dict]:
             raise ValueError(f"{p.config_path}: stage {spec['name']!r}: `phases` needs data.phases and the main "
                              "answer format")
         sources.append({"path": str(p.phases_dir / "train.json"), "weight": float(spec["phases"])})
+    if spec.get("train_variants"):  # every `data.train_variants` set, at this share together, each by its size
+        names = list(p.cfg["data"].get("train_variants") or {})
+        if data != p.data_dir or not names:
+            raise ValueError(f"{p.config_path}: stage {spec['name']!r}: `train_variants` needs data.train_variants and "
+                             "the main answer format")
+        files = [p.train_variant_dir(n) / "train.json" for n in names]
+        sizes = [int(p.cfg["data"]["train_variants"][n].get("per_family", p.cfg["data"]["per_family"]["train"]))
+                 for n in names]
+        sources += [{"path": str(f), "weight": float(spec["train_variants"]) * n / sum(sizes)} for f, n in zip(files, sizes)]
     return sources
 
 
@@ -301,7 +344,7 @@ def stage_train(p: Pipeline, spec: dict) -> dict:
     from wamdiff.training.trainer import train
 
     name = spec["name"]
-    out_dir = p.out / "ckpt" / name
+    out_dir = _claim_stage_dir(p, spec)
     data = p.format_dir(spec.get("fmt"))
     overrides = {
         "name": name,
@@ -321,6 +364,27 @@ def stage_train(p: Pipeline, spec: dict) -> dict:
     keep = ("steps", "final_train_loss", "val_loss", "val_masked_acc", "val_ar_token_acc", "val_top5_overlap",
             "qa_exact_match_start", "qa_exact_match_end", "train_tokens_per_s", "wall_s")
     return {"checkpoint": str(result.final_model), **{k: result.metrics.get(k) for k in keep}}
+
+
+STAGE_KEY_FILE = "stage_key.json"  # in a training stage's output dir: the settings and inputs it was trained with
+
+
+def _claim_stage_dir(p: Pipeline, spec: dict) -> Path:
+    """The stage's output dir, to resume only what was trained with these settings from these inputs: a dir
+    trained otherwise (another key, or no key and a finished record) is moved aside, never deleted."""
+    out_dir = p.out / "ckpt" / spec["name"]
+    key = {"settings": _fingerprint(spec), "inputs": _stage_inputs(p, spec)}
+    key_file = out_dir / STAGE_KEY_FILE
+    if out_dir.exists():
+        old = json.loads(key_file.read_text()) if key_file.exists() else None
+        if old != key and (old is not None or p.stage_file(spec["name"]).exists()):
+            aside = out_dir.with_name(f"{spec['name']}.superseded-{time.strftime('%Y%m%d-%H%M%S')}")
+            out_dir.rename(aside)
+            console.print(f"stage {spec['name']}: trained with other settings or inputs before; kept as {aside}, "
+                          "training afresh")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_json(key_file, key)
+    return out_dir
 
 
 def training_stages(p: Pipeline) -> list[dict]:

@@ -75,11 +75,16 @@ def stage_command(config: Path, name: str, from_scratch: bool = False) -> list[s
 
 def run_lanes(stages: list[dict], lanes: int, is_done, command, log_dir: Path) -> None:
     """Run `stages` (in dependency order) with up to `lanes` processes at once, `command(name)` each, its output in
-    `log_dir/<name>.log`; `is_done(stage)` tells a stage that finished earlier with the same settings (not started
-    again). A failed stage stops new starts; the running ones finish, then a ValueError names the stage and its log."""
+    `log_dir/<name>.log`; `is_done(stage)` tells a stage that finished earlier with the same settings and inputs (not
+    started again, unless a stage it needs runs again). A failed stage stops new starts; the running ones finish,
+    then a ValueError names the stage and its log."""
     names = {s["name"] for s in stages}
-    waiting = [s for s in stages if not is_done(s)]
-    finished = {s["name"] for s in stages} - {s["name"] for s in waiting}
+    to_run = {s["name"] for s in stages if not is_done(s)}
+    for s in stages:  # dependency order: a stage after one that runs again is stale once that one finishes
+        if any(n in to_run for n in stage_needs(s, stages)):
+            to_run.add(s["name"])
+    waiting = [s for s in stages if s["name"] in to_run]
+    finished = names - to_run
     running: dict[str, tuple[subprocess.Popen, float, Path]] = {}
     failed: list[str] = []
     log_dir.mkdir(parents=True, exist_ok=True)
