@@ -46,7 +46,7 @@ demo: $(STAMP)
 BENCH_ARGS ?= --blocks 32,fit --taus 0.5,0.9 --max-steps 32,4,2,1 --caches exact --ordinal 2 --dtypes fp32
 bench: $(STAMP)
 	$(BIN)/wamdiff data generate --split test --n 50 --out runs/bench/data --fmt delta
-	$(BIN)/wamdiff bench --checkpoint checkpoints/block32 --ar-checkpoint checkpoints/ar_vla \
+	$(BIN)/wamdiff bench --checkpoint checkpoints/distill_block --ar-checkpoint checkpoints/ar_vla \
 		--data runs/bench/data/test.json --n-prompts 32 --tune-prompts 200 --threads 1 --format delta \
 		--batch 1,8,32 --tune --levers --out runs/bench $(BENCH_ARGS)
 
@@ -57,7 +57,7 @@ SERVE_REQUESTS ?= 64
 SERVE_SECONDS ?= 60
 serve-bench: $(STAMP)
 	$(BIN)/wamdiff data generate --split test --n 8 --out runs/serve-bench/data --fmt delta
-	$(BIN)/wamdiff serve-bench --checkpoint checkpoints/block32 --ar-checkpoint checkpoints/ar_vla \
+	$(BIN)/wamdiff serve-bench --checkpoint checkpoints/distill_block --ar-checkpoint checkpoints/ar_vla \
 		--data runs/serve-bench/data --out runs/serve-bench --requests $(SERVE_REQUESTS) --seconds $(SERVE_SECONDS)
 
 # Ray executor vs the process pool on a 200-scene generation (50 per family, 2 workers; fresh folders each time).
