@@ -39,7 +39,8 @@ def test_bench_needs_exactly_one_model_source(tmp_path):
 
 
 @pytest.mark.parametrize("args, word", [(["--compile", "maybe"], "--compile"), (["--caches", "lazy"], "lazy"),
-                                        (["--dtypes", "fp8"], "fp8"), (["--attention", "flash"], "flash")])
+                                        (["--dtypes", "fp8"], "fp8"), (["--attention", "flash"], "flash"),
+                                        (["--threads", "-1"], "--threads"), (["--threads", "1,x"], "--threads")])
 def test_bench_rejects_unknown_grid_values(tmp_path, args, word):
     res = CliRunner().invoke(app, ["--preset", "tiny", "--out", str(tmp_path), *args])
     assert res.exit_code == 2 and word in res.output
@@ -84,7 +85,7 @@ def test_paired_bench_two_checkpoints_and_wamdiff2_json(tmp_path):
                                                        "dtypes": ["fp32"], "prompts": 2, "max_new_tokens": 8,
                                                        "step_cost": False})
     assert res["format"] == "fixed1" and res["ar_baseline"] == "separate AR checkpoint"
-    assert (tmp_path / "out" / "bench.png").exists() and "| fp32 | 2 | 4 |" in res["markdown"]
+    assert (tmp_path / "out" / "bench.png").exists() and "| fp32, 2 threads | 2 | 4 |" in res["markdown"]
     assert res["rows"][0]["quality"]["parse_failures"] == 2  # untrained models do not write trajectories
 
 
@@ -293,6 +294,57 @@ def test_the_headline_pair_is_timed_again_paired(monkeypatch):
     row = next(line for line in md.splitlines() if "fastest at AR quality" in line)
     assert row.split(" | ")[-2] == "3.00x"  # the "× AR paired" column
     assert "median of 3 paired rounds" in md
+
+
+def test_thread_counts_are_a_grid_dimension_and_each_side_takes_its_best(tmp_path, monkeypatch):
+    """`--threads 1,2`: every grid point is timed at each count (AR next to it at the same count), the process's
+    count is restored, the headline pairs AR's fastest count with diffusion's fastest, and the paired re-timing
+    runs each side at its own count."""
+    import torch
+
+    from wamdiff.decoding.bench import best_vs_best, confirm, markdown_tables
+
+    before = torch.get_num_threads()
+    res = CliRunner().invoke(app, ["--preset", "tiny", "--batch", "1", "--blocks", "4", "--taus", "0.9", "--dtypes",
+                                   "fp32", "--max-new-tokens", "8", "--n-prompts", "2", "--no-step-cost", "--caches",
+                                   "exact", "--threads", "1,2", "--confirm-repeats", "0", "--no-roofline", "--out",
+                                   str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    data = json.loads((tmp_path / "bench.json").read_text())
+    assert sorted(r["threads"] for r in data["rows"]) == [1, 2] and data["threads"] == [1, 2]
+    assert torch.get_num_threads() == 1  # the first count stays the process's (curve, roofline, levers)
+    torch.set_num_threads(before)
+
+    r1, r2 = _row(1, 4, 10.0, 20.0, 1.0), _row(1, 4, 8.0, 30.0, 1.0)
+    r1["threads"], r2["threads"] = 1, 2  # AR fastest at 1 thread, diffusion at 2
+    best = best_vs_best([r1, r2])[0]
+    assert (best["ar_threads"], best["diffusion_threads"], best["times_ar"]) == (1, 2, 3.0)
+    assert best["at_quality"]["times_ar"] == 3.0
+    md = markdown_tables({"rows": [r1, r2], "best": best_vs_best([r1, r2]), "threads": [1, 2]})
+    assert "AR 1000.0 tok/s (fp32, 1 thread) vs diffusion 3000.0 tok/s (fp32, 2 threads," in md
+    assert "| 1 | AR VLA (fastest setting) | fp32, 1 thread |" in md
+
+    seen = []
+
+    def fake_generate(model, tokenizer, prompts, cfg, **kw):
+        seen.append((cfg.mode, torch.get_num_threads()))
+        return []
+
+    def fake_walls(fns, repeats):
+        for f in fns.values():
+            f()
+        return {"ar": [1.0], "diffusion": [0.5]}
+
+    from wamdiff.models import build_tokenizer
+
+    monkeypatch.setattr(confirm, "generate", fake_generate)
+    monkeypatch.setattr(confirm, "paired_walls", fake_walls)
+    grid = BenchGrid([1], [4], [0.9], ["fp32"], 8, [4], caches=["exact"], threads=[1, 2])
+    tok = build_tokenizer()
+    model = torch.nn.Linear(1, 1)
+    got = confirm.confirm_headline({"best": best_vs_best([r1, r2])}, model, tok, [object()], grid, repeats=1)
+    assert sorted(set(seen)) == [("ar", 1), ("block", 2)] and torch.get_num_threads() == before
+    assert got[0]["ar_setting"] == "fp32, 1 thread" and got[0]["diffusion_setting"].startswith("fp32, 2 threads, B4")
 
 
 def test_a_one_step_cap_is_timed_once_whatever_tau():

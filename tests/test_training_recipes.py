@@ -168,6 +168,33 @@ def test_distill_model_with_onpolicy_refresh(data, block_model, tmp_path):
     assert result.metrics["val_kd_loss"] < result.metrics["val_kd_loss_start"]
 
 
+@pytest.mark.parametrize("onpolicy_ce", [True, False])
+def test_refreshed_batches_learn_from_the_teacher_alone_unless_asked(data, block_model, tmp_path, onpolicy_ce):
+    """A refreshed batch's x_0 is the student's own decode: with `teacher.onpolicy_ce: false` its loss is the KD
+    term alone; a batch of dataset answers (and every batch with the default) keeps kd_ratio * KD + (1 - kd_ratio) * CE,
+    each term recomputed here from the student's and the teacher's logits."""
+    from wamdiff.diffusion.losses import symmetric_jsd
+
+    rec = load_recipe(tiny_recipe(data, tmp_path / "dm", "distill_model", optim={"steps": 2},
+                                  model={"preset": "tiny", "init": None, "block_size": 4},
+                                  teacher={"path": str(block_model.final_model), "onpolicy_every": 2, "kd_ratio": 0.5,
+                                           "onpolicy_steps_per_block": 2, "onpolicy_ce": onpolicy_ce}))
+    trainer = Trainer(rec)
+    obj, model = trainer.objective, trainer.unwrapped
+    for step, refreshed in ((0, True), (1, False)):
+        inputs = trainer.my_rows(trainer.step_inputs(step), 0)
+        assert inputs.batch.on_policy is refreshed
+        with torch.no_grad():
+            loss, logs = obj.loss(model, inputs)
+            s, t = obj.student_logits(model, inputs), obj.teacher_logits(inputs)
+            kd = symmetric_jsd(s, t[..., :s.shape[-1]], obj.masked(inputs), inputs.batch.answer_mask, beta=0.5,
+                               temperature=1.0)
+            ce = obj.masked_ce(s, inputs)
+        want = kd if (refreshed and not onpolicy_ce) else 0.5 * kd + 0.5 * ce
+        assert torch.allclose(loss, want, atol=1e-6), (step, loss, want)
+        assert ("ce_loss" in logs) is not (refreshed and not onpolicy_ce)
+
+
 def test_distill_model_with_ar_teacher(data, ar_model, tmp_path):
     rec = tiny_recipe(data, tmp_path / "ar_teacher", "distill_model", optim={"steps": 8},
                       model={"preset": "tiny", "init": None, "block_size": 4},

@@ -58,7 +58,9 @@ def bench(
     max_new_tokens: int = typer.Option(160, min=1, help="Answer budget."),
     max_steps: str = typer.Option("32", help="Max denoising steps per block (a list: each is a grid point)."),
     repeats: int = typer.Option(1, min=1, help="Timed repeats per configuration (median)."),
-    threads: int = typer.Option(0, min=0, help="torch threads (0 = leave as is)."),
+    threads: str = typer.Option("0", help="torch thread counts, comma separated (0 = leave as is): a grid dimension "
+                                          "like --dtypes (AR and diffusion alike at each; the headline takes each "
+                                          "side's best); the first also runs the curve, roofline and levers."),
     compile: str = typer.Option("off", help="torch.compile the step: off, on, or off,on (each applies to AR and diffusion)."),
     caches: str = typer.Option("exact,delayed", help="Block K/V refresh: exact (whole block every step) and/or delayed."),
     step_cost: bool = typer.Option(True, help="Also measure block-step / AR-step cost ratios."),
@@ -99,8 +101,14 @@ def bench(
     from wamdiff.models import build_model, build_tokenizer, image_processor_for, is_vision_model, load_model, to_diffusion
 
     console = Console(width=max(160, Console().width))
-    if threads:
-        torch.set_num_threads(threads)
+    try:
+        thread_counts = _ints(threads)
+        if not thread_counts or min(thread_counts) < 0:
+            raise ValueError
+    except ValueError:
+        raise typer.BadParameter(f"thread counts >= 0, comma separated; got {threads!r}", param_hint="--threads") from None
+    if thread_counts[0]:
+        torch.set_num_threads(thread_counts[0])
     if (checkpoint is None) == (preset is None):
         raise typer.BadParameter("give exactly one of --checkpoint DIR or --preset NAME")
     claim_for_command(out)  # writable and ours before any model is loaded
@@ -121,11 +129,12 @@ def bench(
     compile_modes = _on_off(compile)
     try:
         grid = BenchGrid(_ints(batch), _block_sizes(blocks), _floats(taus), _words(dtypes), max_new_tokens, _ints(max_steps), repeats,
-                         compile_modes, step_cost, caches=_words(caches), device=device, attention=attention, lean=lean,
-                         ordinal_window=ordinal)
+                         compile_modes, step_cost, caches=_words(caches), threads=thread_counts, device=device,
+                         attention=attention, lean=lean, ordinal_window=ordinal)
         if quick:
             grid = BenchGrid([1], [8, 32], [0.9], ["fp32"], 64, _ints(max_steps), repeats, compile_modes, step_cost,
-                             caches=_words(caches), device=device, attention=attention, lean=lean, ordinal_window=ordinal)
+                             caches=_words(caches), threads=thread_counts, device=device, attention=attention, lean=lean,
+                             ordinal_window=ordinal)
     except ValueError as err:
         raise typer.BadParameter(str(err)) from err
     console.print(f"threads={torch.get_num_threads()} params={sum(p.numel() for p in model.parameters()) / 1e6:.1f}M "

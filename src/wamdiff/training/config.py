@@ -123,6 +123,9 @@ class TeacherSection:
     temperature: float = 1.0
     onpolicy_every: int = 0  # distill_model: every N steps the student decodes x_0 itself (0 = off)
     onpolicy_steps_per_block: int | None = None  # fixed-steps decode for the refresh (None: block size)
+    # the masked CE term on refreshed batches, whose x_0 is the student's own decode (true: the student also learns
+    # to repeat its own answers; false: those batches learn from the teacher alone, as on-policy distillation does)
+    onpolicy_ce: bool = True
 
 
 @dataclass

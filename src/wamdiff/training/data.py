@@ -42,6 +42,7 @@ class Batch:
     patches_per_sample: list[int] = field(default_factory=list)
     images_per_sample: list[int] = field(default_factory=list)
     examples: list[Example] = field(default_factory=list)
+    on_policy: bool = False  # x0 is the student's own decode (`collate(answer_ids=...)`), not the dataset's answer
 
     def __len__(self) -> int:
         return self.prompt_ids.shape[0]
@@ -200,6 +201,7 @@ def collate(examples: list[Example], *, pad_id: int, block_multiple: int, answer
         patches_per_sample=patches,
         images_per_sample=n_images,
         examples=list(examples),
+        on_policy=answer_ids is not None,
     )
 
 

@@ -216,8 +216,8 @@ class Distill(Objective):
         kd = symmetric_jsd(s_logits[..., :V], t_logits[..., :V], masked, inputs.batch.answer_mask,
                            beta=cfg.beta, temperature=cfg.temperature)
         logs = {"kd_loss": kd.detach()}
-        if cfg.kd_ratio >= 1.0:
-            return kd, logs
+        if cfg.kd_ratio >= 1.0 or (inputs.batch.on_policy and not cfg.onpolicy_ce):
+            return kd, logs  # (the student's own decode is no label to learn from: the teacher alone)
         ce = self.masked_ce(s_logits, inputs)
         logs["ce_loss"] = ce.detach()
         return cfg.kd_ratio * kd + (1.0 - cfg.kd_ratio) * ce, logs

@@ -21,15 +21,17 @@ from wamdiff.models.tokens import PAD, token_id
 
 def roofline_section(model, tokenizer, prompts, grid: BenchGrid, *, fmt=None, tune_res: dict | None = None,
                      rows: list[dict] | None = None, progress=None) -> dict:
-    """Roofline rows per dtype of the grid (compile off), from the tuned cost models or a cached / new one."""
+    """Roofline rows per dtype of the grid (compile off, the process's thread count), from the tuned cost models or
+    a cached / new one."""
     roof, per_token = [], []
-    tuned = {(c["dtype"], c["compile"]): StepCosts.from_dict(c["model"]) for c in (tune_res or {}).get("costs", [])}
+    tuned = {(c["dtype"], c["compile"], c.get("threads")): StepCosts.from_dict(c["model"])
+             for c in (tune_res or {}).get("costs", [])}
     keys = round(statistics.fmean(p.input_ids.numel() for p in prompts)) + grid.max_new_tokens
     peak = None
     for dname in grid.dtypes:
         m = copy.deepcopy(model).to(grid.device, DTYPES[dname]).eval()
         cfg = grid.config(tokenizer, fmt)
-        costs = tuned.get((dname, False)) or step_costs_for(m, prompts[0], cfg, pad_id=token_id(tokenizer, PAD),
+        costs = tuned.get((dname, False, torch.get_num_threads())) or step_costs_for(m, prompts[0], cfg, pad_id=token_id(tokenizer, PAD),
                                                             block_sizes=grid.block_sizes, progress=progress,
                                                             batches=sorted(set(grid.batch_sizes) | {1}))
         rate = matmul_gflops(DTYPES[dname], grid.device)

@@ -19,6 +19,7 @@ from wamdiff.decoding.bench.grid import DTYPES, BenchGrid
 from wamdiff.decoding.bench.headline import diffusion_label, setting_label
 from wamdiff.decoding.bench.levers import paired_walls
 from wamdiff.decoding.bench.prompts import chunks, cycled
+from wamdiff.decoding.bench.timing import torch_threads
 from wamdiff.decoding.engine import generate
 
 REPEATS = 7
@@ -49,15 +50,23 @@ def confirm_headline(result: dict, model, tokenizer, prompts, grid: BenchGrid, *
         ar_cfg = grid.config(ar_tok, fmt, mode="ar", compile=q["ar_compile"])
         d_cfg = grid.block_config((q["block_size"], q["threshold"], q["max_steps"], q["cache"]), tokenizer, fmt,
                                   compile=q["diffusion_compile"])
-        walls = paired_walls({
-            "ar": lambda m=a_model, c=ar_cfg, bs=batches: [generate(m, ar_tok, x, c) for x in bs],
-            "diffusion": lambda m=d_model, c=d_cfg, bs=batches: [generate(m, tokenizer, x, c) for x in bs],
-        }, repeats)
+        ar_threads, d_threads = q.get("ar_threads") or 0, q.get("diffusion_threads") or 0
+
+        def run_ar(m=a_model, c=ar_cfg, bs=batches, t=ar_threads):
+            with torch_threads(t):  # each side at its own thread count (a grid dimension like dtype)
+                return [generate(m, ar_tok, x, c) for x in bs]
+
+        def run_diffusion(m=d_model, c=d_cfg, bs=batches, t=d_threads):
+            with torch_threads(t):
+                return [generate(m, tokenizer, x, c) for x in bs]
+
+        walls = paired_walls({"ar": run_ar, "diffusion": run_diffusion}, repeats)
         ratios = [a / d for a, d in zip(walls["ar"], walls["diffusion"])]
         plans = n * len(batches)
         entry = {"batch": n, "repeats": repeats, "plans": plans,
-                 "ar_setting": setting_label(q["ar_dtype"], q["ar_compile"]),
-                 "diffusion_setting": f"{setting_label(q['diffusion_dtype'], q['diffusion_compile'])}, {diffusion_label(q)}",
+                 "ar_setting": setting_label(q["ar_dtype"], q["ar_compile"], q.get("ar_threads")),
+                 "diffusion_setting": (f"{setting_label(q['diffusion_dtype'], q['diffusion_compile'], q.get('diffusion_threads'))}"
+                                       f", {diffusion_label(q)}"),
                  "ar_ms_per_plan": 1e3 * statistics.median(walls["ar"]) / plans,
                  "diffusion_ms_per_plan": 1e3 * statistics.median(walls["diffusion"]) / plans,
                  "times_ar": statistics.median(ratios), "times_ar_min": min(ratios), "times_ar_max": max(ratios),

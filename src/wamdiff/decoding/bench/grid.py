@@ -1,9 +1,10 @@
-"""The benchmark grid and its run: every (compile, dtype, batch, B, tau, step cap, cache) point timed paired
-with AR on the same prompts.
+"""The benchmark grid and its run: every (threads, compile, dtype, batch, B, tau, step cap, cache) point timed
+paired with AR on the same prompts.
 
 Honesty rules (DESIGN §2.2): same model object, dtype, cache class, compile setting and prompts for both
 decoders; a warm-up run before every timed configuration; only generated tokens (up to EOS) are counted;
-forwards per sample include the prefill and commits; the thread count is recorded. Absolute tok/s drifts
+forwards per sample include the prefill and commits; the thread count is a grid dimension like dtype (AR and
+diffusion alike at each count; the headline takes the best of each side over all of them). Absolute tok/s drifts
 between sessions on a shared CPU, the paired ratio much less: each diffusion run is timed right after its
 own AR run (interleaved), and the ratio is taken within the pair.
 
@@ -25,7 +26,7 @@ from wamdiff.decoding.bench.headline import best_vs_best
 from wamdiff.decoding.bench.journal import Journal, fingerprint
 from wamdiff.decoding.bench.prompts import chunks, cycled
 from wamdiff.decoding.bench.quality import quality
-from wamdiff.decoding.bench.timing import step_cost, summarize, timed_generate
+from wamdiff.decoding.bench.timing import step_cost, summarize, timed_generate, torch_threads
 from wamdiff.decoding.speed import times_ar
 from wamdiff.decoding.config import ATTENTIONS, DTYPE_NAMES, DecodeConfig
 from wamdiff.decoding.grammar import Grammar
@@ -43,8 +44,9 @@ FIT = "fit"
 class BenchGrid:
     """The configurations timed. `max_steps_per_block`: step caps per block (a cap decides the masks left at
     the last step in parallel); `caches`: "exact" (every denoising step recomputes the block) and/or "delayed"
-    (`DecodeConfig.delayed_cache`); `compile`: torch.compile off and/or on (each setting applies to AR and
-    diffusion alike; the headline compares the best of each, so a setting that only helps one side counts)."""
+    (`DecodeConfig.delayed_cache`); `compile`: torch.compile off and/or on; `threads`: torch thread counts (0 = the
+    process's count). Each setting applies to AR and diffusion alike; the headline compares the best of each, so a
+    setting that only helps one side counts."""
 
     batch_sizes: list[int] = field(default_factory=lambda: [1, 8])
     block_sizes: list[int] = field(default_factory=lambda: [4, 8, 16, 32])
@@ -58,6 +60,7 @@ class BenchGrid:
     step_cost_tokens: int = 64
     step_cost_repeats: int = 3
     caches: list[str] = field(default_factory=lambda: ["exact", "delayed"])
+    threads: list[int] = field(default_factory=lambda: [0])
     device: str = "cpu"
     attention: str = "sdpa"  # DecodeConfig.attention, for AR and diffusion alike
     lean: str = DecodeConfig.lean  # DecodeConfig.lean and prefill_cache, for AR and diffusion alike
@@ -72,6 +75,10 @@ class BenchGrid:
             self.compile = [self.compile]
         if isinstance(self.max_steps_per_block, int):
             self.max_steps_per_block = [self.max_steps_per_block]
+        if isinstance(self.threads, int):
+            self.threads = [self.threads]
+        if not self.threads or any(not isinstance(t, int) or t < 0 for t in self.threads):
+            raise ValueError(f"BenchGrid.threads: {self.threads} (use thread counts >= 1, or 0 = the process's count)")
         bad = [c for c in self.caches if c not in ("exact", "delayed")]
         if bad:
             raise ValueError(f"BenchGrid.caches: unknown {bad} (use exact and/or delayed)")
@@ -146,28 +153,28 @@ def run_bench(model, tokenizer, prompts, grid: BenchGrid, *, expert=None, fmt=No
             gens, wall = gens + g, wall + w
         return gens, wall
 
-    for comp in grid.compile:
-        for dname in grid.dtypes:
-            keys = {n: [(comp, dname, n, *k) for k in grid.diffusion_points()] for n in grid.batch_sizes}
+    for n_threads, comp, dname in itertools.product(grid.threads, grid.compile, grid.dtypes):
+        with torch_threads(n_threads) as threads:
+            keys = {n: [(threads, comp, dname, n, *k) for k in grid.diffusion_points()] for n in grid.batch_sizes}
             if log and all(k in log.rows for ks in keys.values() for k in ks) and (
-                    not grid.step_cost or (comp, dname) in log.costs):
-                costs += [log.costs[(comp, dname)]] if grid.step_cost else []
+                    not grid.step_cost or (comp, dname, threads) in log.costs):
+                costs += [log.costs[(comp, dname, threads)]] if grid.step_cost else []
                 rows += [log.rows[k] for ks in keys.values() for k in ks]
                 continue
-            # fresh copies per (compile, dtype): a compiled step freezes the weights of the model it first saw
+            # fresh copies per setting: a compiled step freezes the weights of the model it first saw
             m = copy.deepcopy(base).to(grid.device, DTYPES[dname]).eval()
             ar_m = copy.deepcopy(ar_base).to(grid.device, DTYPES[dname]).eval() if ar_base is not None else m
             if grid.step_cost:
-                cost = log.costs.get((comp, dname)) if log else None
+                cost = log.costs.get((comp, dname, threads)) if log else None
                 if cost is None:
-                    cost = {"dtype": dname, "compile": comp, "threads": torch.get_num_threads(),
+                    cost = {"dtype": dname, "compile": comp, "threads": threads,
                             **step_cost(m, tokenizer, pool[0], grid.block_sizes, compile=comp, attention=grid.attention,
                                         n_tokens=grid.step_cost_tokens, repeats=grid.step_cost_repeats)}
                     if log:
                         log.add("cost", cost)
                 costs.append(cost)
                 if progress:
-                    progress(f"step cost {dname}{' compiled' if comp else ''}: "
+                    progress(f"step cost {dname}{' compiled' if comp else ''}, {threads} threads: "
                              + ", ".join(f"B{b} {cost[f'B{b}_ratio']:.2f}x" for b in grid.block_sizes))
             for n in grid.batch_sizes:
                 ar_cfg = grid.config(ar_tok, fmt, mode="ar", compile=comp)
@@ -175,7 +182,7 @@ def run_bench(model, tokenizer, prompts, grid: BenchGrid, *, expert=None, fmt=No
                     timed_chunks(ar_m, ar_tok, ar_cfg, n, warmup=True)  # AR warm-up (every prompt width)
                 used = n * len(chunks(pool, n))
                 for key in keys[n]:
-                    b, tau, steps, cache = key[3:]
+                    b, tau, steps, cache = key[4:]
                     if log and key in log.rows:
                         rows.append(log.rows[key])
                         continue
@@ -186,8 +193,8 @@ def run_bench(model, tokenizer, prompts, grid: BenchGrid, *, expert=None, fmt=No
                     g, wall = timed_chunks(m, tokenizer, cfg, n)
                     d = summarize(g, wall, n)
                     exp = expert_pool[:used] if expert_pool else None
-                    row = {"dtype": dname, "compile": comp, "batch": n, "block_size": b, "threshold": tau,
-                           "max_steps": steps, "cache": cache, "ar": ar, "diffusion": d,
+                    row = {"dtype": dname, "compile": comp, "threads": threads, "batch": n, "block_size": b,
+                           "threshold": tau, "max_steps": steps, "cache": cache, "ar": ar, "diffusion": d,
                            "times_ar": times_ar(d, ar), "speedup": d["tok_s"] / ar["tok_s"], "prompts": used,
                            "quality": quality(g, ar_g, exp, fmt), "ar_quality": quality(ar_g, ar_g, exp, fmt)}
                     rows.append(row)
@@ -196,7 +203,7 @@ def run_bench(model, tokenizer, prompts, grid: BenchGrid, *, expert=None, fmt=No
                     if progress:
                         progress(row)
     device = torch.cuda.get_device_name(grid.device) if grid.device.startswith("cuda") else "cpu"
-    return {"threads": torch.get_num_threads(), "torch": torch.__version__, "device": device, "grid": asdict(grid), "rows": rows,
-            "step_cost": costs, "n_params": sum(p.numel() for p in model.parameters()),
+    return {"threads": sorted({r["threads"] for r in rows}), "torch": torch.__version__, "device": device,
+            "grid": asdict(grid), "rows": rows, "step_cost": costs, "n_params": sum(p.numel() for p in model.parameters()),
             "ar_baseline": "separate AR checkpoint" if ar_model is not None else "same model, AR decoding",
             "best": best_vs_best(rows)}

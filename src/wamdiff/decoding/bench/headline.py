@@ -16,9 +16,9 @@ def _plans_s(side: dict) -> float:
 
 
 def best_vs_best(rows: list[dict], tolerance: float = QUALITY_TOLERANCE) -> list[dict]:
-    """Per batch size: the fastest AR setting (any dtype, compile setting) against the fastest diffusion setting
-    (any dtype, compile setting, B, tau, step cap, cache) -- the headline figure, so a setting that only slows
-    AR down cannot flatter the ratio. When L2 to the expert is known, `at_quality` repeats the comparison over
+    """Per batch size: the fastest AR setting (any thread count, dtype, compile setting) against the fastest
+    diffusion setting (any thread count, dtype, compile setting, B, tau, step cap, cache) -- the headline figure,
+    so a setting that only slows AR down cannot flatter the ratio. When L2 to the expert is known, `at_quality` repeats the comparison over
     the diffusion settings that meet the quality bound (`dial.meets_quality`; None when no setting does)."""
     out = []
     for n in sorted({r["batch"] for r in rows}):
@@ -42,9 +42,11 @@ def at_ar_quality(row: dict, tolerance: float = QUALITY_TOLERANCE) -> bool:
 
 def _versus(ar: dict, d: dict) -> dict:
     a, s = ar["ar"], d["diffusion"]
-    return {"batch": d["batch"], "ar_dtype": ar["dtype"], "ar_compile": ar.get("compile", False), "ar_tok_s": a["tok_s"],
+    return {"batch": d["batch"], "ar_dtype": ar["dtype"], "ar_compile": ar.get("compile", False),
+            "ar_threads": ar.get("threads"), "ar_tok_s": a["tok_s"],
             "ar_plans_per_s": a.get("plans_per_s"), "ar_latency_ms": a.get("latency_ms"),
-            "diffusion_dtype": d["dtype"], "diffusion_compile": d.get("compile", False), "cache": d.get("cache", "exact"),
+            "diffusion_dtype": d["dtype"], "diffusion_compile": d.get("compile", False),
+            "diffusion_threads": d.get("threads"), "cache": d.get("cache", "exact"),
             "block_size": d["block_size"], "threshold": d["threshold"], "max_steps": d.get("max_steps"),
             "diffusion_tok_s": s["tok_s"], "diffusion_plans_per_s": s.get("plans_per_s"),
             "diffusion_latency_ms": s.get("latency_ms"), "tpf": s["tpf"],
@@ -52,8 +54,20 @@ def _versus(ar: dict, d: dict) -> dict:
             "l2_vs_expert": d["quality"]["l2_vs_expert"], "ar_l2_vs_expert": d["ar_quality"]["l2_vs_expert"]}
 
 
-def setting_label(dtype: str, compiled) -> str:
-    return f"{dtype}+compile" if compiled else dtype
+def setting_label(dtype: str, compiled, threads: int | None = None) -> str:
+    """dtype, compile and thread count of a row / side (rows recorded before threads were a grid dimension: none)."""
+    label = f"{dtype}+compile" if compiled else dtype
+    return label if threads is None else f"{label}, {threads} thread{'s' if threads != 1 else ''}"
+
+
+def row_setting(r: dict) -> str:
+    return setting_label(r["dtype"], r.get("compile"), r.get("threads"))
+
+
+def threads_label(result: dict) -> str:
+    """The thread counts a run measured (a list; one int in results written before threads were a grid dimension)."""
+    t = result["threads"]
+    return ", ".join(map(str, t)) if isinstance(t, list) else str(t)
 
 
 def diffusion_label(d: dict) -> str:
@@ -68,8 +82,10 @@ def best_line(b: dict) -> str:
     lat = ""
     if b.get("ar_latency_ms") is not None and b["batch"] == 1:
         lat = f"; ms per trajectory {b['ar_latency_ms']:.1f} -> {b['diffusion_latency_ms']:.1f}"
-    return (f"batch {b['batch']}: AR {b['ar_tok_s']:.1f} tok/s ({setting_label(b['ar_dtype'], b.get('ar_compile'))}) vs "
-            f"diffusion {b['diffusion_tok_s']:.1f} tok/s ({setting_label(b['diffusion_dtype'], b.get('diffusion_compile'))}, "
+    ar_setting = setting_label(b["ar_dtype"], b.get("ar_compile"), b.get("ar_threads"))
+    d_setting = setting_label(b["diffusion_dtype"], b.get("diffusion_compile"), b.get("diffusion_threads"))
+    return (f"batch {b['batch']}: AR {b['ar_tok_s']:.1f} tok/s ({ar_setting}) vs diffusion {b['diffusion_tok_s']:.1f} "
+            f"tok/s ({d_setting}, "
             f"{diffusion_label(b)}, TPF {b['tpf']:.2f}{l2}): {b['times_ar']:.2f}x AR (plans/s; tok/s {b['ratio']:.2f}x){lat}")
 
 
@@ -92,30 +108,27 @@ def headline_table(result: dict) -> list[dict]:
     rows_by = {}
     for r in result["rows"]:
         rows_by.setdefault(r["batch"], []).append(r)
-    picks = {(p["batch"], p["dtype"], p["compile"]): p for p in (result.get("tune") or {}).get("picks", [])}
+    picks = [p for p in (result.get("tune") or {}).get("picks", []) if p.get("row") is not None]
     confirmed = {c["batch"]: c["times_ar"] for c in result.get("confirmed") or []}  # `bench.confirm`
     out = []
     for b in result.get("best", []):
         n = b["batch"]
         ar = max(rows_by[n], key=lambda r: _plans_s(r["ar"]))
-        out.append(_table_row(n, "AR VLA (fastest setting)", setting_label(ar["dtype"], ar.get("compile")), ar["ar"],
-                              ar["ar_quality"], ar["ar"]))
+        out.append(_table_row(n, "AR VLA (fastest setting)", row_setting(ar), ar["ar"], ar["ar_quality"], ar["ar"]))
         q = b.get("at_quality")
         best = None
         if q:
-            best = next(r for r in rows_by[n] if r["dtype"] == q["diffusion_dtype"] and r["compile"] == q["diffusion_compile"]
+            best = next(r for r in rows_by[n] if (r["dtype"], r["compile"], r.get("threads")) ==
+                        (q["diffusion_dtype"], q["diffusion_compile"], q.get("diffusion_threads"))
                         and (r["block_size"], r["threshold"], r["max_steps"], r["cache"]) ==
                         (q["block_size"], q["threshold"], q["max_steps"], q["cache"]))
-            entry = _table_row(n, "diffusion, fastest at AR quality",
-                               f"{setting_label(best['dtype'], best.get('compile'))}, {diffusion_label(best)}",
+            entry = _table_row(n, "diffusion, fastest at AR quality", f"{row_setting(best)}, {diffusion_label(best)}",
                                best["diffusion"], best["quality"], ar["ar"])
             entry["times_ar_paired"] = confirmed.get(n)
             out.append(entry)
-        for (pn, dtype, comp), p in sorted(picks.items()):
-            if pn != n or p.get("row") is None:
-                continue
+        for p in (p for p in picks if p["batch"] == n):
             row = p["row"]
-            entry = _table_row(n, "diffusion, speed dial (auto)", f"{setting_label(dtype, comp)}, {diffusion_label(p)}",
+            entry = _table_row(n, "diffusion, speed dial (auto)", f"{row_setting(p)}, {diffusion_label(p)}",
                                row["diffusion"], row["quality"], ar["ar"])
             entry["of_best"] = _plans_s(row["diffusion"]) / _plans_s(best["diffusion"]) if best else None
             out.append(entry)

@@ -7,16 +7,14 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-import torch
-
 from wamdiff.decoding.dial import model_fingerprint
 
 JOURNAL = "bench.partial.jsonl"  # rows of an unfinished run, in the output folder
 
 
 def row_key(r: dict) -> tuple:
-    """A row's grid point: (compile, dtype, batch, B, tau, step cap, cache)."""
-    return r["compile"], r["dtype"], r["batch"], r["block_size"], r["threshold"], r["max_steps"], r["cache"]
+    """A row's grid point: (threads, compile, dtype, batch, B, tau, step cap, cache)."""
+    return r.get("threads"), r["compile"], r["dtype"], r["batch"], r["block_size"], r["threshold"], r["max_steps"], r["cache"]
 
 
 class Journal:
@@ -36,7 +34,7 @@ class Journal:
                 if e.get("kind") == "row":
                     self.rows[row_key(e["data"])] = e["data"]
                 elif e.get("kind") == "cost":
-                    self.costs[(e["data"]["compile"], e["data"]["dtype"])] = e["data"]
+                    self.costs[(e["data"]["compile"], e["data"]["dtype"], e["data"].get("threads"))] = e["data"]
             self._rewrite(fingerprint, entries[1:])  # drops a torn last line
         else:
             if self.path.exists():
@@ -57,6 +55,5 @@ class Journal:
 def fingerprint(grid, prompts, model, ar_model, fmt=None) -> str:
     """Identity of a benchmark: the grid, the prompts' tokens, the answer format and both models' weights."""
     ident = {"grid": asdict(grid), "prompts": [p.input_ids.reshape(-1).tolist() for p in prompts], "format": fmt,
-             "model": model_fingerprint(model), "ar_model": None if ar_model is None else model_fingerprint(ar_model),
-             "threads": torch.get_num_threads()}
+             "model": model_fingerprint(model), "ar_model": None if ar_model is None else model_fingerprint(ar_model)}
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]

@@ -32,7 +32,7 @@ def grid_from_settings(st: dict) -> BenchGrid:
         step_cost=bool(st.get("step_cost", d.step_cost)), caches=list(st.get("caches", d.caches)),
         device=str(st.get("device", d.device)), attention=str(st.get("attention", d.attention)),
         lean=str(st.get("lean", d.lean)), prefill_cache=bool(st.get("prefill_cache", d.prefill_cache)),
-        ordinal_window=int(st.get("ordinal", d.ordinal_window)),
+        ordinal_window=int(st.get("ordinal", d.ordinal_window)), threads=[int(t) for t in _as_list(st.get("threads", 0))],
     )
 
 
@@ -42,9 +42,9 @@ def paired_bench(*, ar_checkpoint, diffusion_checkpoint, data=None, out, setting
     from wamdiff.models import image_processor_for, is_vision_model, load_model
 
     st = dict(settings or {})
-    if st.get("threads"):
-        torch.set_num_threads(int(st["threads"]))
     grid = grid_from_settings(st)  # bad settings fail before any model loads
+    if grid.threads[0]:  # the process's count: the curve and whatever runs outside the grid
+        torch.set_num_threads(grid.threads[0])
     model, tok = load_model(diffusion_checkpoint)
     ar_model, ar_tok = load_model(ar_checkpoint)
     vision = is_vision_model(model)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from wamdiff.decoding.bench.headline import setting_label
+from wamdiff.decoding.bench.headline import row_setting, threads_label
 
 
 def _times_ar(r: dict) -> float:
@@ -26,8 +26,8 @@ def write_plot(result: dict, path: Path) -> None:
     tau_b = min(taus, key=lambda t: abs(t - 0.9))
     has_l2 = any(r["quality"]["l2_vs_expert"] is not None for r in rows)
 
-    def setting(r):  # dtype + compile, step cap, cache
-        return f"{setting_label(r['dtype'], r.get('compile'))} <={r.get('max_steps', '-')}st {r.get('cache', 'exact')}"
+    def setting(r):  # dtype + compile + threads, step cap, cache
+        return f"{row_setting(r)} <={r.get('max_steps', '-')}st {r.get('cache', 'exact')}"
 
     for ax_row, n in zip(axes, batches):
         mine = [r for r in rows if r["batch"] == n]
@@ -58,7 +58,7 @@ def write_plot(result: dict, path: Path) -> None:
             ax.legend(fontsize=6, loc="best")
         ax_row[0].axhline(1.0, color="k", lw=0.6)
         ax_row[0].set_xscale("log", base=2)
-    fig.suptitle(f"wamdiff bench ({result['threads']} threads)")
+    fig.suptitle(f"wamdiff bench ({threads_label(result)} threads)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -6,7 +6,8 @@ answers, the roofline estimate and the cheaper-step levers. Speed figures follow
 from __future__ import annotations
 
 from wamdiff.decoding.bench.headline import (
-    at_quality_line, best_line, confirmed_line, diffusion_label, headline_table, setting_label,
+    at_quality_line, best_line, confirmed_line, diffusion_label, headline_table, row_setting,
+    threads_label,
 )
 
 
@@ -29,14 +30,15 @@ def _md(header: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def markdown_tables(result: dict) -> str:
-    lines = [f"Threads: {result['threads']}; device: {result.get('device', 'cpu')}; AR baseline: {result.get('ar_baseline')}; "
+    lines = [f"Threads: {threads_label(result)}; device: {result.get('device', 'cpu')}; AR baseline: {result.get('ar_baseline')}; "
              "speed = the `generate` call (prefill included), tok/s counts generated tokens only, ms per trajectory = "
              "wall time of one batch, × AR = plans/s ratio to the fastest AR setting at the same batch size.", ""]
     head = headline_table(result)
     if head:
         lines += ["Headline (per batch size):", "", *_md(HEADLINE_COLUMNS, [_headline_cells(r) for r in head]), ""]
     if result.get("best"):
-        lines += ["Best AR (any dtype, compile setting) vs best diffusion (any dtype, compile setting, B, tau, cache):", ""]
+        lines += ["Best AR (any thread count, dtype, compile setting) vs best diffusion (any thread count, dtype, compile "
+                  "setting, B, tau, cache):", ""]
         lines += [f"- {best_line(b)}" for b in result["best"]]
         lines += [f"- {at_quality_line(b)}" for b in result["best"] if "at_quality" in b]
         lines.append("")
@@ -45,14 +47,14 @@ def markdown_tables(result: dict) -> str:
                   "interleaved, on the same prompts (`× AR paired`):", ""]
         lines += [f"- {confirmed_line(c)}" for c in result["confirmed"]]
         lines.append("")
-    lines += _md(["dtype", "batch", "B", "tau", "steps", "cache", "AR plans/s", "diff plans/s", "× AR", "AR tok/s",
+    lines += _md(["setting", "batch", "B", "tau", "steps", "cache", "AR plans/s", "diff plans/s", "× AR", "AR tok/s",
                   "diff tok/s", "ms/tok AR", "ms/tok diff", "fwd/plan AR", "fwd/plan diff", "TPF", "exact vs AR",
                   "L2 vs expert diff (AR)", "parse fail diff (AR)"], [_grid_cells(r) for r in result["rows"]])
     if result.get("step_cost"):
         keys = [k for k in result["step_cost"][0] if k.endswith("_ratio")]
         lines += ["", "Cost of one forward in the decode loop relative to one AR step (every row with logits):", "",
-                  *_md(["dtype", "threads", "AR ms", *[k.replace("_ratio", "") for k in keys]],
-                       [[setting_label(c["dtype"], c.get("compile")), str(c["threads"]), f"{c['ar_ms']:.2f}",
+                  *_md(["setting", "AR ms", *[k.replace("_ratio", "") for k in keys]],
+                       [[row_setting(c), f"{c['ar_ms']:.2f}",
                          *[f"{c[k]:.2f}x" for k in keys]] for c in result["step_cost"]])]
     lines += _tune_lines(result.get("tune"))
     if result.get("roofline"):
@@ -92,7 +94,7 @@ def _grid_cells(r: dict) -> list[str]:
     if qa.get("l2_vs_expert") is not None:
         l2 += f" ({qa['l2_vs_expert']:.3f})"
     fails = f"{q['parse_failures']}" + (f" ({qa['parse_failures']})" if qa else "")
-    return [setting_label(r["dtype"], r.get("compile")), str(r["batch"]), str(r["block_size"]), str(r["threshold"]),
+    return [row_setting(r), str(r["batch"]), str(r["block_size"]), str(r["threshold"]),
             str(r.get("max_steps", "-")), r.get("cache", "exact"), _f(a.get("plans_per_s")), _f(d.get("plans_per_s")),
             _f(r.get("times_ar")) + "x", f"{a['tok_s']:.1f}", f"{d['tok_s']:.1f}", f"{a['ms_per_token']:.2f}",
             f"{d['ms_per_token']:.2f}", f"{a['forwards_per_sample']:.1f}", f"{d['forwards_per_sample']:.1f}",
@@ -110,20 +112,20 @@ def _tune_lines(t: dict | None) -> list[str]:
     rows = []
     for p in t["picks"]:
         pk = p.get("pick")
-        rows.append([setting_label(p["dtype"], p["compile"]), str(p["batch"]),
+        rows.append([row_setting(p), str(p["batch"]),
                      diffusion_label(p) if pk else "no setting at AR quality",
                      _f(pk and pk["predicted_ms_per_plan"], "{:.1f}"), _f(pk and pk["predicted_ar_ms_per_plan"], "{:.1f}"),
                      _f(p.get("pick_plans_per_s") and 1e3 / p["pick_plans_per_s"], "{:.1f}"),
                      diffusion_label(p["best"]) if p.get("best") else "-",
                      _f(p.get("best_plans_per_s") and 1e3 / p["best_plans_per_s"], "{:.1f}"), _f(p.get("of_best"), "{:.0%}")])
-    lines += _md(["dtype", "batch", "dial pick", "predicted ms/plan", "predicted AR ms/plan", "measured ms/plan",
+    lines += _md(["setting", "batch", "dial pick", "predicted ms/plan", "predicted AR ms/plan", "measured ms/plan",
                   "best grid point at AR quality", "its ms/plan", "pick / best (plans/s)"], rows)
     if t.get("answer_length"):
         lines += ["", "Where the time goes (batch 1, predicted from the step-cost model; diffusion = the batch-1 pick, a "
                       "short answer decodes only its first block):", "",
-                  *_md(["dtype", "answer tokens", "AR ms", "AR prefill share", "diffusion ms", "diffusion prefill share",
+                  *_md(["setting", "answer tokens", "AR ms", "AR prefill share", "diffusion ms", "diffusion prefill share",
                         "× AR"],
-                       [[setting_label(r["dtype"], r["compile"]), str(r["answer_tokens"]), f"{r['ar_ms']:.1f}",
+                       [[row_setting(r), str(r["answer_tokens"]), f"{r['ar_ms']:.1f}",
                          f"{r['ar_prefill_share']:.0%}", f"{r['diffusion_ms']:.1f}", f"{r['diffusion_prefill_share']:.0%}",
                          f"{r['times_ar']:.2f}x"] for r in t["answer_length"]])]
     return lines
@@ -134,8 +136,8 @@ def print_table(result: dict, console=None) -> None:
     from rich.table import Table
 
     console = console or Console()
-    t = Table(title=f"AR vs block diffusion ({result['threads']} threads, {result['n_params'] / 1e6:.1f}M params)")
-    cols = ["dtype", "batch", "B", "tau", "steps", "cache", "AR plans/s", "diff plans/s", "× AR", "AR tok/s", "diff tok/s",
+    t = Table(title=f"AR vs block diffusion ({threads_label(result)} threads, {result['n_params'] / 1e6:.1f}M params)")
+    cols = ["setting", "batch", "B", "tau", "steps", "cache", "AR plans/s", "diff plans/s", "× AR", "AR tok/s", "diff tok/s",
             "ms/tok AR", "ms/tok diff", "fwd/plan AR", "fwd/plan diff", "TPF", "exact vs AR"]
     for c in cols:
         t.add_column(c, justify="right")
@@ -145,10 +147,10 @@ def print_table(result: dict, console=None) -> None:
     if result["step_cost"]:
         s = Table(title="cost of one forward inside the decode loop, relative to one AR step (lower = better)")
         keys = [k for k in result["step_cost"][0] if k.endswith("_ratio")]
-        for c in ["dtype", "threads", "AR ms", *[k.replace("_ratio", "") for k in keys]]:
+        for c in ["setting", "AR ms", *[k.replace("_ratio", "") for k in keys]]:
             s.add_column(c, justify="right")
         for c in result["step_cost"]:
-            s.add_row(setting_label(c["dtype"], c.get("compile")), str(c["threads"]), f"{c['ar_ms']:.2f}", *[f"{c[k]:.2f}x" for k in keys])
+            s.add_row(row_setting(c), f"{c['ar_ms']:.2f}", *[f"{c[k]:.2f}x" for k in keys])
         console.print(s)
     for b in result.get("best", []):
         console.print(f"best vs best, {best_line(b)}")

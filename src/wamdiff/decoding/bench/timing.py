@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from contextlib import contextmanager
 
 import torch
 
@@ -16,6 +17,20 @@ from wamdiff.decoding.engine import generate, model_block_settings
 from wamdiff.decoding.runner import PROMPT_BUCKET, StepRunner, collate_prompts
 from wamdiff.decoding.speed import speed_of
 from wamdiff.models.tokens import PAD, token_id
+
+
+@contextmanager
+def torch_threads(n: int):
+    """torch's intra-op thread count set to `n` inside the block (0: left as it is), restored after; yields the
+    count in force."""
+    before = torch.get_num_threads()
+    if n:
+        torch.set_num_threads(n)
+    try:
+        yield torch.get_num_threads()
+    finally:
+        if torch.get_num_threads() != before:
+            torch.set_num_threads(before)
 
 
 def timed_generate(model, tokenizer, prompts, cfg: DecodeConfig, repeats: int, warmup: bool = True):

@@ -3,8 +3,9 @@
 1. The model's TPF / quality curve (`dial.DialCurve`): every grid point decoded at batch 1 on the bench prompts
    (untimed), with a trace of the masked positions before each step, and the trajectory quality next to AR's.
    Stored in the dial cache (so `DecodeConfig(block_size="auto")` finds it) and as OUT/dial_curve.json.
-2. The machine's step-cost model per (compile, dtype) of the grid (`cost_model`), measured afresh and cached.
-3. The dial's pick per batch size and (compile, dtype), and the predicted ms per plan of every grid point.
+2. The machine's step-cost model per (threads, compile, dtype) of the grid (`cost_model`), measured afresh and
+   cached.
+3. The dial's pick per batch size and (threads, compile, dtype), and the predicted ms per plan of every grid point.
 After the timed grid, `attach_measurements` puts each pick next to its measured row and the fastest measured
 row at AR quality, and records how far the predictions are from the measured latencies.
 """
@@ -12,13 +13,15 @@ row at AR quality, and records how far the predictions are from the measured lat
 from __future__ import annotations
 
 import copy
+import itertools
 import statistics
 from dataclasses import asdict
 from pathlib import Path
 
 from wamdiff.decoding.bench.grid import DTYPES, BenchGrid
-from wamdiff.decoding.bench.headline import at_ar_quality, best_vs_best
+from wamdiff.decoding.bench.headline import at_ar_quality, best_vs_best, setting_label
 from wamdiff.decoding.bench.quality import quality
+from wamdiff.decoding.bench.timing import torch_threads
 from wamdiff.decoding.cost_model import Forward, StepCosts, step_costs_for
 from wamdiff.decoding.dial import (
     CURVE_FILE, CurvePoint, DialCurve, ar_forwards, batch_forwards, choose, curve_path, meets_quality,
@@ -72,29 +75,30 @@ def tune(model, tokenizer, prompts, expert, grid: BenchGrid, *, fmt=None, ar_mod
         curve.save(Path(out) / CURVE_FILE)
     pad = token_id(tokenizer, PAD)
     picks, costs, predictions = [], [], []
-    for comp in grid.compile:
-        for dname in grid.dtypes:
+    for n_threads, comp, dname in itertools.product(grid.threads, grid.compile, grid.dtypes):
+        with torch_threads(n_threads) as threads:
             m = copy.deepcopy(base).to(grid.device, DTYPES[dname]).eval()
             cfg = grid.config(tokenizer, fmt, compile=comp)
             static = cfg.static_shapes(grid.device)
             c = step_costs_for(m, prompts[0], cfg, pad_id=pad, block_sizes=grid.block_sizes,
                                batches=sorted(set(grid.batch_sizes) | {1}), remeasure=True, progress=progress)
-            costs.append({"dtype": dname, "compile": comp, "model": asdict(c)})
+            costs.append({"dtype": dname, "compile": comp, "threads": threads, "model": asdict(c)})
             for n in grid.batch_sizes:
                 ar_ms = predict_ar_ms_per_plan(curve.ar_tokens, c, n, lean=cfg.lean)
                 for p in curve.points:
-                    predictions.append({"dtype": dname, "compile": comp, "batch": n, **p.setting,
+                    predictions.append({"dtype": dname, "compile": comp, "threads": threads, "batch": n,
+                                        **p.setting,
                                         "predicted_ms_per_plan": predict_ms_per_plan(p, c, n, lean=cfg.lean,
                                                                                      static_shapes=static),
                                         "predicted_prefill_share": prefill_share(p, c, n, lean=cfg.lean,
                                                                                  static_shapes=static),
                                         "predicted_ar_ms_per_plan": ar_ms})
                 pick = choose(curve, c, n, lean=cfg.lean, static_shapes=static)
-                picks.append({"dtype": dname, "compile": comp, "batch": n, "pick": None if pick is None else {
+                picks.append({"dtype": dname, "compile": comp, "threads": threads, "batch": n, "pick": None if pick is None else {
                     **pick.__dict__}, **({} if pick is None else {k: getattr(pick, k) for k in (
                         "block_size", "threshold", "max_steps", "cache")})})
                 if progress:
-                    progress(f"speed dial, {dname}{'+compile' if comp else ''} batch {n}: " + (
+                    progress(f"speed dial, {setting_label(dname, comp, threads)}, batch {n}: " + (
                         "no setting at AR quality" if pick is None else
                         f"B{pick.block_size} tau {pick.threshold} <= {pick.max_steps} steps {pick.cache} cache, "
                         f"predicted {pick.predicted_ms_per_plan:.1f} ms/plan (AR {pick.predicted_ar_ms_per_plan:.1f})"))
@@ -121,18 +125,17 @@ def attach_measurements(result: dict) -> None:
         return
 
     def key(d):
-        return d["batch"], d["dtype"], d["compile"], d["block_size"], d["threshold"], d["max_steps"], d["cache"]
+        return d["batch"], d["dtype"], d["compile"], d.get("threads"), d["block_size"], d["threshold"], d["max_steps"], d["cache"]
 
     rows = {key(r): r for r in result["rows"]}
     on_curve = {(c["block_size"], c["threshold"], c["max_steps"], c["cache"]): c["at_ar_quality"]
                 for c in tune_res["curve"]["points"]}
     for r in result["rows"]:  # the quality bound as the dial judges it: on the curve's prompts
-        r["at_ar_quality"] = on_curve.get(key(r)[3:])
+        r["at_ar_quality"] = on_curve.get(key(r)[4:])
     result["best"] = best_vs_best(result["rows"])
     for p in tune_res["picks"]:
         p["row"] = rows.get(key(p)) if p.get("pick") is not None else None
-        good = [r for r in result["rows"] if (r["batch"], r["dtype"], r["compile"]) == (p["batch"], p["dtype"], p["compile"])
-                and at_ar_quality(r)]
+        good = [r for r in result["rows"] if key(r)[:4] == key(p)[:4] and at_ar_quality(r)]
         best = max(good, key=lambda r: r["diffusion"]["plans_per_s"]) if good else None
         p["best"] = None if best is None else {k: best[k] for k in ("block_size", "threshold", "max_steps", "cache")}
         p["best_plans_per_s"] = None if best is None else best["diffusion"]["plans_per_s"]
@@ -159,8 +162,9 @@ def answer_length_effect(tune_res: dict, curve: DialCurve | None = None, lengths
         costs = StepCosts.from_dict(c["model"])
         lean = tune_res["lean"]
         static = c["model"]["key"]["static_shapes"]
-        pick = next((p for p in tune_res["picks"] if p["batch"] == 1 and p["dtype"] == c["dtype"]
-                     and p["compile"] == c["compile"] and p.get("pick") is not None), None)
+        pick = next((p for p in tune_res["picks"] if p["batch"] == 1 and p.get("pick") is not None
+                     and (p["dtype"], p["compile"], p.get("threads")) == (c["dtype"], c["compile"], c.get("threads"))),
+                    None)
         if pick is None:
             continue
         point = points[(pick["block_size"], pick["threshold"], pick["max_steps"], pick["cache"])]
@@ -173,7 +177,8 @@ def answer_length_effect(tune_res: dict, curve: DialCurve | None = None, lengths
             pre = costs.forward(1, Forward("prefill", point.block_size, point.block_size,
                                            point.block_size if lean == "last_layer" else None))
             d_ms = statistics.fmean(blk)
-            out.append({"dtype": c["dtype"], "compile": c["compile"], "answer_tokens": n_tok, **point.setting,
+            out.append({"dtype": c["dtype"], "compile": c["compile"], "threads": c.get("threads"), "answer_tokens": n_tok,
+                        **point.setting,
                         "ar_ms": ar_ms, "ar_prefill_share": costs.forward(1, ar[0]) / ar_ms,
                         "diffusion_ms": d_ms, "diffusion_prefill_share": pre / d_ms, "times_ar": ar_ms / d_ms})
     return out
