@@ -252,6 +252,35 @@ def test_pipeline_rows_are_evaluated_once_each_and_combined(tiny_checkpoint, sce
     assert set(summary) == set(rows) and set(json.loads((eval_dir(p) / "plans.json").read_text())["plans"]) == set(rows)
 
 
+def test_the_students_decode_setting_reaches_only_the_rows_that_decode_with_it(tmp_path):
+    """`evaluate.decode` is part of a row's key only through the row's resolved decoding: changing its step cap
+    re-evaluates the student rows, not the AR VLA (which decodes greedily whatever it says) nor the expert."""
+    from pathlib import Path
+
+    from wamdiff.evaluate import row_settings
+    from wamdiff.pipeline import Pipeline
+
+    shipped = Path(__file__).resolve().parents[1] / "checkpoints"
+    rows = {"AR": "stage:ar_vla", "student": "stage:distill_block", "capped": "stage:distill_block,steps=4",
+            "expert": "expert"}
+
+    def keys(decode):
+        (tmp_path / "p.yaml").write_text(yaml.safe_dump({
+            "out": str(tmp_path / "run"), "data": {"fmt": "delta"},
+            "checkpoints": {"ar_vla": str(shipped / "ar_vla"), "distill_block": str(shipped / "distill_block")},
+            "evaluate": {"planners": rows, "decode": decode}}))
+        p = Pipeline.load(tmp_path / "p.yaml")
+        return {n: row_settings(p, n, s) for n, s in p.planners().items()}
+
+    two = keys({"mode": "block", "block": 17, "steps": 2, "threshold": 0.5, "ordinal": 2})
+    four = keys({"mode": "block", "block": 17, "steps": 4, "threshold": 0.5, "ordinal": 2})
+    assert two["AR"] == four["AR"] and two["expert"] == four["expert"]
+    assert two["student"] != four["student"] and two["student"]["decoding"]["max_steps_per_block"] == 2
+    assert two["capped"] == four["capped"] and four["capped"] == {**four["student"], "row": "capped",
+                                                                   "spec": rows["capped"]}
+    assert two["AR"]["decoding"]["mode"] == "ar"
+
+
 def _load(scene_dir):
     from wamdiff.eval.data import load_scenes
 

@@ -2,8 +2,9 @@
 entry as `wamdiff eval` (`eval.run`).
 
 Stages (each resumable through the pipeline's stage files; the open- and closed-loop stages are one per report row,
-`eval_open.<row>` / `eval_closed.<row>`, whose settings hold the row's spec and its checkpoint's weights file, so a
-row added to a config, or retrained, is evaluated alone and every other row is reused):
+`eval_open.<row>` / `eval_closed.<row>`, whose settings hold the row's spec, how it decodes and its checkpoint's
+weights file, so a row added to a config, retrained or decoded otherwise is evaluated alone and every other row is
+reused; `evaluate.decode` reaches only the rows that decode with it, the students):
   eval_open    - each planner plans the test scenes once; those plans are scored by PDMS and open-loop L2
   eval_speed   - the model planners timed on the same scenes at batch 1/8/32, interleaved (`evaluate.speed`,
                  `eval.plan_timing`): rerun whenever a model row is
@@ -17,7 +18,7 @@ row added to a config, or retrained, is evaluated alone and every other row is r
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 # Part of every evaluation stage's settings: results written by an older evaluation (e.g. with silent fallbacks)
@@ -31,10 +32,22 @@ def weights_key(checkpoint) -> list:
     return [str(f), *((f.stat().st_size, f.stat().st_mtime_ns) if f.exists() else ())]
 
 
+def planned_settings(p) -> dict:
+    """What every row's plans depend on besides the row itself (`row_settings`)."""
+    cfg = p.cfg["evaluate"]
+    return {"test_limit": cfg.get("test_limit"), "version": EVAL_VERSION}
+
+
 def row_settings(p, name: str, spec) -> dict:
     """What a report row's evaluation depends on besides the evaluation settings: its name, spec and, for a model,
-    its weights (`weights_key`)."""
-    return {"row": name, "spec": spec.text, "weights": weights_key(spec.checkpoint) if spec.kind == "model" else None}
+    how it decodes (`evaluate.decode` under the spec's own options, as resolved; the grammar follows the format)
+    and its weights (`weights_key`)."""
+    decoding = None
+    if spec.decode is not None:
+        decoding = {**{k: v for k, v in asdict(spec.decode).items() if k != "grammar"}, "fmt": spec.fmt,
+                    "batch": spec.batch}
+    return {"row": name, "spec": spec.text, "decoding": decoding,
+            "weights": weights_key(spec.checkpoint) if spec.kind == "model" else None}
 
 
 def model_stage_settings(p, stage: str) -> dict:
@@ -181,8 +194,7 @@ def run_evaluation(p, run_stage) -> dict:
     from wamdiff.eval.run import combine_closed, combine_open
 
     cfg = p.cfg["evaluate"]
-    # what a row's plans depend on besides its own spec and weights (`row_settings`)
-    planned = {"decode": cfg.get("decode"), "test_limit": cfg.get("test_limit"), "version": EVAL_VERSION}
+    planned = planned_settings(p)
     plots = int(cfg.get("bev_plots", 4))
     opened = per_row(p, run_stage, "eval_open", planned, lambda rows: stage_open(p, rows))
     model_rows = {n: row_settings(p, n, s) for n, s in p.planners().items() if s.kind == "model"}
