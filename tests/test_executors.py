@@ -1,5 +1,6 @@
 """Executors (`wamdiff.executors`): the process pool and Ray run the same jobs to the same results; data generation
-under Ray writes the same files as the pool, byte for byte; a Ray worker killed mid-generation loses no scene."""
+under Ray writes the same files as the pool, byte for byte; a Ray worker killed mid-generation loses no scene; a
+forked worker loads a checkpoint whatever threads its parent used."""
 
 from __future__ import annotations
 
@@ -48,6 +49,41 @@ def test_process_executor_maps_in_order_with_initializer_and_errors(workers):
     with pytest.raises(ValueError, match="job 3 is bad input"):
         with open_executor(ExecutorConfig("process", workers)) as ex:
             ex.map(fails_on_three, range(6))
+
+
+_FORKED_LOAD = """
+import torch
+from pathlib import Path
+from wamdiff.executors import ExecutorConfig, open_executor
+
+def load(path):
+    from wamdiff.models import load_model
+    return type(load_model(path)[0]).__name__
+
+if __name__ == "__main__":
+    torch.set_num_threads(2)  # the parent ran ops on two threads (a bench, a 2-thread config), then went back to one
+    a = torch.randn(512, 512)
+    (a @ a).sum()
+    torch.set_num_threads(1)
+    for _ in range(8):  # a fresh worker's load hits it often, not always: 16 fresh workers do
+        with open_executor(ExecutorConfig(kind="process", workers=2)) as ex:
+            print(sorted(ex.imap_unordered(load, [Path(%r)] * 2)))
+"""
+
+
+def test_a_forked_worker_loads_a_checkpoint_after_the_parent_used_two_threads(tmp_path):
+    """torch's thread pool does not survive fork: a forked worker that loads weights on transformers' loading
+    threads aborted ("Invalid thread pool!", seen in a pipeline's closed-loop stage); workers load on their main
+    thread. In a fresh interpreter, so this test's own threads do not matter."""
+    import subprocess
+
+    ckpt = Path(__file__).resolve().parents[1] / "checkpoints" / "ar_vla"
+    script = tmp_path / "forked_load.py"
+    script.write_text(_FORKED_LOAD % str(ckpt))
+    env = {k: v for k, v in os.environ.items() if k != "HF_DEACTIVATE_ASYNC_LOAD"}
+    res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "ForConditionalGeneration" in res.stdout
 
 
 # -- Ray ----------------------------------------------------------------------------------------------------------

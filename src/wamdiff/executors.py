@@ -128,6 +128,10 @@ class _InlineExecutor(Executor):
 def _pool_worker_init(initializer, initargs) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # see the module docstring: the main process handles Ctrl-C
     os.environ.setdefault("SDL_VIDEODRIVER", "offscreen")
+    # torch's thread pool does not survive fork: in a forked worker a torch op on a *new* thread aborts ("Invalid
+    # thread pool!") once the parent has run ops on more than one thread. transformers loads weights on a thread
+    # pool unless told not to; this keeps a worker's model loading on its main thread.
+    os.environ.setdefault("HF_DEACTIVATE_ASYNC_LOAD", "1")
     if initializer is not None:
         initializer(*initargs)
 
