@@ -18,8 +18,9 @@ def _plans_s(side: dict) -> float:
 def best_vs_best(rows: list[dict], tolerance: float = QUALITY_TOLERANCE) -> list[dict]:
     """Per batch size: the fastest AR setting (any thread count, dtype, compile setting) against the fastest
     diffusion setting (any thread count, dtype, compile setting, B, tau, step cap, cache) -- the headline figure,
-    so a setting that only slows AR down cannot flatter the ratio. When L2 to the expert is known, `at_quality` repeats the comparison over
-    the diffusion settings that meet the quality bound (`dial.meets_quality`; None when no setting does)."""
+    so a setting that only slows AR down cannot flatter the ratio. When L2 to the expert is known, `at_quality`
+    repeats the comparison over the diffusion settings that meet the quality bound (`dial.meets_quality`; None
+    when no setting does)."""
     out = []
     for n in sorted({r["batch"] for r in rows}):
         sel = [r for r in rows if r["batch"] == n]
