@@ -25,6 +25,14 @@ from wamdiff.decoding.engine import generate
 REPEATS = 7
 
 
+def _decoding(model, tokenizer, cfg, batches, threads):
+    """One side's decode of every batch, at its own thread count (a grid dimension like dtype; None/0: as is)."""
+    def run():
+        with torch_threads(threads or 0):
+            return [generate(model, tokenizer, x, cfg) for x in batches]
+    return run
+
+
 @torch.inference_mode()
 def confirm_headline(result: dict, model, tokenizer, prompts, grid: BenchGrid, *, fmt=None, ar_model=None,
                      ar_tokenizer=None, repeats: int = REPEATS, progress=None) -> list[dict]:
@@ -50,17 +58,10 @@ def confirm_headline(result: dict, model, tokenizer, prompts, grid: BenchGrid, *
         ar_cfg = grid.config(ar_tok, fmt, mode="ar", compile=q["ar_compile"])
         d_cfg = grid.block_config((q["block_size"], q["threshold"], q["max_steps"], q["cache"]), tokenizer, fmt,
                                   compile=q["diffusion_compile"])
-        ar_threads, d_threads = q.get("ar_threads") or 0, q.get("diffusion_threads") or 0
-
-        def run_ar(m=a_model, c=ar_cfg, bs=batches, t=ar_threads):
-            with torch_threads(t):  # each side at its own thread count (a grid dimension like dtype)
-                return [generate(m, ar_tok, x, c) for x in bs]
-
-        def run_diffusion(m=d_model, c=d_cfg, bs=batches, t=d_threads):
-            with torch_threads(t):
-                return [generate(m, tokenizer, x, c) for x in bs]
-
-        walls = paired_walls({"ar": run_ar, "diffusion": run_diffusion}, repeats)
+        walls = paired_walls({
+            "ar": _decoding(a_model, ar_tok, ar_cfg, batches, q.get("ar_threads")),
+            "diffusion": _decoding(d_model, tokenizer, d_cfg, batches, q.get("diffusion_threads")),
+        }, repeats)
         ratios = [a / d for a, d in zip(walls["ar"], walls["diffusion"])]
         plans = n * len(batches)
         entry = {"batch": n, "repeats": repeats, "plans": plans,
