@@ -1,8 +1,8 @@
 """The headline pair timed again, paired: the fastest AR setting against the fastest diffusion setting at AR quality.
 
-The grid times AR next to every diffusion point, and the headline takes the *fastest* AR measurement of all of
-them (24+ noisy measurements of one setting per batch size) and the fastest diffusion point: both maxima are
-biased by noise, in opposite directions. This step re-times just the two winners, interleaved for `repeats`
+The grid times AR next to every diffusion point, and the headline takes the AR setting with the fastest median
+timing (`headline.fastest_ar`) and the fastest diffusion point: the latter is the luckiest of many settings timed
+once each, so it is biased by noise in diffusion's favour. This step re-times just the two winners, interleaved for `repeats`
 rounds on the grid's prompts (AR and diffusion back to back, order rotated every round), and reports the median of
 the per-round ratios (`levers.paired_walls`), with its range. The selection still happened on the grid; the figure
 of the selected pair no longer carries the selection's luck.
