@@ -47,9 +47,18 @@ def test_paired_difference_column_and_steps_after_the_ar_vla(tmp_path):
         lines = [f"s{i},True,{v}" for i, v in enumerate(vals)] + (["only_ar,True,0.0"] if name == "AR" else [])
         (p.out / "eval" / f"pdms_{files[name]}.csv").write_text(
             "scene_id,valid,pdms\n" + "\n".join(lines) + "\n")  # the AR-only scene is left out of the pairs
+    # L2@4s per scene: B32's failed plan on s3 has no distance (empty cell) and drops out of the pairs
+    l2 = {"AR": ["2.0", "1.5", "3.0", "1.0"], "B32": ["1.8", "1.6", "2.5", ""]}
+    for name, vals in l2.items():
+        (p.out / "eval" / f"openloop_{files[name]}.csv").write_text(
+            "scene_id,valid,plan_ok,l2_4.0s\n" + "".join(f"s{i},True,{bool(v)},{v}\n" for i, v in enumerate(vals)))
     results = {"open": {"planners": {n: {"pdms": {"overall": {"pdms": sum(v) / 4, "pdms_ci95": [0.7, 0.95]}}}
                                      for n, v in scores.items()}}}
     got = {r["planner"]: r for r in table_rows(p, results)}
+    l2_diffs = [1.8 - 2.0, 1.6 - 1.5, 2.5 - 3.0]
+    lo2, hi2 = mean_ci95(l2_diffs)
+    assert got["B32"]["d_l2_4s"] == "{:+.2f} ({:+.2f}…{:+.2f})".format(sum(l2_diffs) / 3, lo2, hi2)
+    assert got["AR"]["d_l2_4s"] is None and got["cv"]["d_l2_4s"] is None
     diffs = [b - a for a, b in zip(scores["AR"], scores["B32"])]
     lo, hi = mean_ci95(diffs)
     assert got["B32"]["d_pdms"] == "{:+.1f} ({:+.1f}…{:+.1f})".format(100 * sum(diffs) / 4, 100 * lo, 100 * hi)

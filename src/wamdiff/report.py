@@ -25,6 +25,7 @@ COLUMNS = [  # (key, header, format)
     ("train_steps", "steps after the AR VLA", "{:d}"), ("nc", "NC", "{:.3f}"), ("dac", "DAC", "{:.3f}"), ("ttc", "TTC", "{:.3f}"),
     ("ep", "EP", "{:.3f}"), ("c", "C", "{:.3f}"),
     ("l2_1s", "L2@1s", "{:.2f}"), ("l2_2s", "L2@2s", "{:.2f}"), ("l2_3s", "L2@3s", "{:.2f}"), ("l2_4s", "L2@4s", "{:.2f}"),
+    ("d_l2_4s", "ΔL2@4s vs AR (paired 95 %)", "{}"),
     ("jumps", "jumps %", "{:.1f}"), ("failed", "failed plans %", "{:.1f}"), ("fallback", "fallback plans", "{:d}"),
     ("cl_success", "CL success %", "{:.0f}"), ("cl_ci", "CL 95 % CI", "{}"), ("cl_ds", "CL DS", "{:.1f}"),
     ("cl_routes", "CL routes", "{:d}"),
@@ -56,17 +57,19 @@ def _speed_reference(p, specs: dict) -> str | None:
     return source or next(iter(ar_rows), None)
 
 
-def scene_pdms(p, specs: dict) -> dict[str, dict[str, float]]:
-    """Per planner: {scene id: PDMS} of the test split (the evaluation's per-scene CSVs), for paired comparisons."""
+def scene_values(p, specs: dict, kind: str, field: str) -> dict[str, dict[str, float]]:
+    """Per planner: {scene id: `field`} of the test split from the evaluation's per-scene CSVs (`<kind>_<row>.csv`:
+    `pdms`, `openloop`), for paired comparisons. Invalid scenes, and empty cells (a failed plan has no L2), are left out."""
     from wamdiff.eval.report import planner_files
 
     files = planner_files(list(specs))  # the evaluation names its files by row name
     out = {}
     for name in specs:
-        path = p.out / "eval" / f"pdms_{files[name]}.csv"
+        path = p.out / "eval" / f"{kind}_{files[name]}.csv"
         if path.exists():
             with open(path) as fh:
-                out[name] = {r["scene_id"]: float(r["pdms"]) for r in csv.DictReader(fh) if r["valid"] == "True"}
+                out[name] = {r["scene_id"]: float(r[field]) for r in csv.DictReader(fh)
+                             if r["valid"] == "True" and r.get(field) not in (None, "")}
     return out
 
 
@@ -84,8 +87,10 @@ def steps_after(p, stage: str) -> int | None:
     return total
 
 
-def _paired_text(d) -> str | None:
-    return None if d is None else "{:+.1f} ({:+.1f}…{:+.1f})".format(100 * d[0], *(100 * x for x in d[1]))
+def _paired_text(d, scale: float = 100, digits: int = 1) -> str | None:
+    """A paired difference (`paired_ci95`) as "+mean (low…high)"; PDMS in points (x100), L2 in m."""
+    f = f"{{:+.{digits}f}}"
+    return None if d is None else f"{f} ({f}…{f})".format(scale * d[0], *(scale * x for x in d[1]))
 
 
 def table_rows(p, results: dict) -> list[dict]:
@@ -98,7 +103,13 @@ def table_rows(p, results: dict) -> list[dict]:
     specs = p.planners()
     ar_name = _speed_reference(p, specs)
     ar_b1 = _get(open_, ar_name, "speed", "1") if ar_name else None
-    per_scene = scene_pdms(p, specs)
+    per_scene = scene_values(p, specs, "pdms", "pdms")
+    per_scene_l2 = scene_values(p, specs, "openloop", "l2_4.0s")
+
+    def paired(values: dict, name: str, **fmt) -> str | None:
+        if name == ar_name or name not in values or ar_name not in values:
+            return None
+        return _paired_text(paired_ci95(values[name], values[ar_name]), **fmt)
     rows = []
     for name, spec in specs.items():
         o, c = open_.get(name, {}), _get(closed, name, "overall") or {}
@@ -110,8 +121,7 @@ def table_rows(p, results: dict) -> list[dict]:
             "planner": name, "spec": spec.text,
             "pdms": None if pd.get("pdms") is None else 100 * pd["pdms"],
             "pdms_ci": _half_width(pd.get("pdms_ci95"), 100),
-            "d_pdms": None if name == ar_name or name not in per_scene or ar_name not in per_scene
-            else _paired_text(paired_ci95(per_scene[name], per_scene[ar_name])),
+            "d_pdms": paired(per_scene, name), "d_l2_4s": paired(per_scene_l2, name, scale=1, digits=2),
             "train_steps": steps_after(p, spec.text[len("stage:"):].split(",")[0]) if spec.text.startswith("stage:") else None,
             "cl_ci": None if not c.get("success_rate_ci95") else "{:.0f}–{:.0f}".format(*(100 * x for x in c["success_rate_ci95"])),
             **{k: pd.get(k) for k in ("nc", "dac", "ttc", "ep", "c")},
