@@ -234,6 +234,24 @@ def test_picks_are_set_beside_the_grid_and_the_headline_table():
     assert best_vs_best(rows)[1]["at_quality"]["block_size"] == 32
 
 
+def test_a_dial_without_a_setting_at_ar_quality_is_reported_not_a_crash():
+    """A pick of None (no setting meets the quality bound) has no B / tau / cache: its row, best and share stay empty
+    (this raised KeyError('block_size') in `wamdiff bench --tune` on untrained checkpoints)."""
+    from wamdiff.decoding.bench import best_vs_best, markdown_tables
+    from wamdiff.decoding.bench.tune import attach_measurements
+
+    rows = [_row(1, 8, 4.0, 10.0, 3.0)]
+    picks = [{"dtype": "fp32", "compile": False, "batch": 1, "pick": None}]
+    result = {"rows": rows, "best": best_vs_best(rows), "threads": 1, "tune": {
+        "picks": picks, "predictions": [], "curve_file": "x",
+        "curve": {"prompts": 2, "format": "fixed1", "ar_tokens_mean": 113.0, "ar_quality": {"l2_vs_expert": 1.0},
+                  "points": [{"block_size": 8, "threshold": 0.9, "max_steps": 4, "cache": "exact", "at_ar_quality": False}]}}}
+    attach_measurements(result)
+    (p,) = result["tune"]["picks"]
+    assert p["row"] is None and p["best"] is None and p["of_best"] is None
+    assert "| fp32 | 1 | no setting at AR quality |" in markdown_tables(result)
+
+
 def test_bench_tune_needs_expert_answers(tmp_path):
     res = CliRunner().invoke(app, ["--preset", "tiny", "--tune", "--out", str(tmp_path)])
     assert res.exit_code == 2 and "--tune" in res.output and "--data" in res.output

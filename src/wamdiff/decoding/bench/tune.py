@@ -124,8 +124,11 @@ def attach_measurements(result: dict) -> None:
     if not tune_res:
         return
 
+    def setting(d):  # batch size and machine setting: a pick without a setting at AR quality has only these
+        return d["batch"], d["dtype"], d["compile"], d.get("threads")
+
     def key(d):
-        return d["batch"], d["dtype"], d["compile"], d.get("threads"), d["block_size"], d["threshold"], d["max_steps"], d["cache"]
+        return *setting(d), d["block_size"], d["threshold"], d["max_steps"], d["cache"]
 
     rows = {key(r): r for r in result["rows"]}
     on_curve = {(c["block_size"], c["threshold"], c["max_steps"], c["cache"]): c["at_ar_quality"]
@@ -135,7 +138,7 @@ def attach_measurements(result: dict) -> None:
     result["best"] = best_vs_best(result["rows"])
     for p in tune_res["picks"]:
         p["row"] = rows.get(key(p)) if p.get("pick") is not None else None
-        good = [r for r in result["rows"] if key(r)[:4] == key(p)[:4] and at_ar_quality(r)]
+        good = [r for r in result["rows"] if setting(r) == setting(p) and at_ar_quality(r)]
         best = max(good, key=lambda r: r["diffusion"]["plans_per_s"]) if good else None
         p["best"] = None if best is None else {k: best[k] for k in ("block_size", "threshold", "max_steps", "cache")}
         p["best_plans_per_s"] = None if best is None else best["diffusion"]["plans_per_s"]
