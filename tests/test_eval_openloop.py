@@ -33,6 +33,24 @@ def test_plan_collision_rate():
     assert aggregate_openloop(rows)["overall"]["collision_rate"] == 0.5
 
 
+def test_hard_braking_scenes_are_summarised_apart():
+    """`per_condition`: the scenes whose ego brakes harder than HARD_BRAKING_MS2 at t0, and the rest, each with the
+    overall summary's metrics (here: plans 2 m / 4 m off in the two braking scenes, 1 m off in the steady one)."""
+    from wamdiff.eval.openloop import HARD_BRAKING_MS2
+
+    scenes = [straight_road_scene(speed=10.0, scene_id=f"s{i}") for i in range(3)]
+    for s, a in zip(scenes, (HARD_BRAKING_MS2 - 1.0, HARD_BRAKING_MS2 - 0.5, HARD_BRAKING_MS2 + 0.5)):
+        s.ego_history[-1, 5] = a
+    rows = [openloop_row(s, Plan(s.future[:, :2] + np.array([0.0, off]))) for s, off in zip(scenes, (2.0, 4.0, 1.0))]
+    assert [r["ego_accel"] for r in rows] == pytest.approx([HARD_BRAKING_MS2 - 1.0, HARD_BRAKING_MS2 - 0.5,
+                                                            HARD_BRAKING_MS2 + 0.5])
+    agg = aggregate_openloop(rows)
+    braking, other = agg["per_condition"]["hard_braking"], agg["per_condition"]["other"]
+    assert braking["n"] == 2 and braking["l2_4.0s"] == pytest.approx(3.0)
+    assert other["n"] == 1 and other["l2_4.0s"] == pytest.approx(1.0)
+    assert agg["overall"]["l2_4.0s"] == pytest.approx(7.0 / 3)
+
+
 class Fixed:
     name = "fixed"
 

@@ -52,9 +52,11 @@ def test_paired_difference_column_and_steps_after_the_ar_vla(tmp_path):
     for name, vals in l2.items():
         (p.out / "eval" / f"openloop_{files[name]}.csv").write_text(
             "scene_id,valid,plan_ok,l2_4.0s\n" + "".join(f"s{i},True,{bool(v)},{v}\n" for i, v in enumerate(vals)))
-    results = {"open": {"planners": {n: {"pdms": {"overall": {"pdms": sum(v) / 4, "pdms_ci95": [0.7, 0.95]}}}
+    results = {"open": {"planners": {n: {"pdms": {"overall": {"pdms": sum(v) / 4, "pdms_ci95": [0.7, 0.95]}},
+                                         "openloop": {"per_condition": {"hard_braking": {"l2_4.0s": 2.5 + len(n)}}}}
                                      for n, v in scores.items()}}}
     got = {r["planner"]: r for r in table_rows(p, results)}
+    assert got["AR"]["l2_4s_braking"] == 4.5 and got["B32"]["l2_4s_braking"] == 5.5 and got["cv"]["l2_4s_braking"] is None
     l2_diffs = [1.8 - 2.0, 1.6 - 1.5, 2.5 - 3.0]
     lo2, hi2 = mean_ci95(l2_diffs)
     assert got["B32"]["d_l2_4s"] == "{:+.2f} ({:+.2f}…{:+.2f})".format(sum(l2_diffs) / 3, lo2, hi2)

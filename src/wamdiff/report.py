@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from wamdiff.decoding.speed import times_ar
+from wamdiff.eval.openloop import HARD_BRAKING_MS2
 from wamdiff.jsonfile import write_json
 
 COLUMNS = [  # (key, header, format)
@@ -26,6 +27,7 @@ COLUMNS = [  # (key, header, format)
     ("ep", "EP", "{:.3f}"), ("c", "C", "{:.3f}"),
     ("l2_1s", "L2@1s", "{:.2f}"), ("l2_2s", "L2@2s", "{:.2f}"), ("l2_3s", "L2@3s", "{:.2f}"), ("l2_4s", "L2@4s", "{:.2f}"),
     ("d_l2_4s", "ΔL2@4s vs AR (paired 95 %)", "{}"),
+    ("l2_4s_braking", f"L2@4s, ego braking < {HARD_BRAKING_MS2:g} m/s²", "{:.2f}"),
     ("jumps", "jumps %", "{:.1f}"), ("failed", "failed plans %", "{:.1f}"), ("fallback", "fallback plans", "{:d}"),
     ("cl_success", "CL success %", "{:.0f}"), ("cl_ci", "CL 95 % CI", "{}"), ("cl_ds", "CL DS", "{:.1f}"),
     ("cl_routes", "CL routes", "{:d}"),
@@ -126,6 +128,7 @@ def table_rows(p, results: dict) -> list[dict]:
             "cl_ci": None if not c.get("success_rate_ci95") else "{:.0f}–{:.0f}".format(*(100 * x for x in c["success_rate_ci95"])),
             **{k: pd.get(k) for k in ("nc", "dac", "ttc", "ep", "c")},
             **{f"l2_{s}s": ol.get(f"l2_{s}.0s") for s in (1, 2, 3, 4)},
+            "l2_4s_braking": _get(o, "openloop", "per_condition", "hard_braking", "l2_4.0s"),
             "failed": None if ol.get("failure_rate") is None else 100 * ol["failure_rate"],
             "jumps": None if _get(o, "consistency", "jump_share") is None else 100 * o["consistency"]["jump_share"],
             "fallback": (o.get("n_fallback", 0) + c.get("n_fallback", 0)) if spec.fallback else None,
