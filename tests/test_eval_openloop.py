@@ -36,7 +36,7 @@ def test_plan_collision_rate():
 def test_hard_braking_scenes_are_summarised_apart():
     """`per_condition`: the scenes whose ego brakes harder than HARD_BRAKING_MS2 at t0, and the rest, each with the
     overall summary's metrics (here: plans 2 m / 4 m off in the two braking scenes, 1 m off in the steady one)."""
-    from wamdiff.eval.openloop import HARD_BRAKING_MS2
+    from wamdiff.driving.scene import HARD_BRAKING_MS2
 
     scenes = [straight_road_scene(speed=10.0, scene_id=f"s{i}") for i in range(3)]
     for s, a in zip(scenes, (HARD_BRAKING_MS2 - 1.0, HARD_BRAKING_MS2 - 0.5, HARD_BRAKING_MS2 + 0.5)):

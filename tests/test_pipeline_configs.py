@@ -122,3 +122,46 @@ def test_the_conversion_trains_on_one_mixture_it_can_make_from_the_ar_vla(tmp_pa
     producer = {s["aggregate"]["round"]: s["aggregate"]["planner"] for s in p.cfg["train"] if "aggregate" in s}
     assert producer[6] == "ar_vla" and "ar_vla" in p.cfg["checkpoints"]
     assert producer[7].split(",")[0] == "block32"
+
+
+def test_a_stage_can_weight_up_the_scenes_that_start_in_hard_braking(tmp_path):
+    """`hard_braking: w` adds the expert scenes whose ego brakes harder than HARD_BRAKING_MS2 at t0 once more, at
+    share w: a subset of train.json read from each sample's scene file, written again when train.json is newer."""
+    import json
+    import os
+
+    import numpy as np
+
+    from wamdiff.driving.scene import HARD_BRAKING_MS2
+    from wamdiff.errors import UserError
+    from wamdiff.pipeline import Pipeline, training_sources
+
+    p = Pipeline.load(ROOT / "configs" / "default.yaml")
+    p.out = tmp_path
+    data = p.data_dir
+    (data / "scenes").mkdir(parents=True)
+    recs = []
+    for i, a in enumerate((HARD_BRAKING_MS2 - 1.0, 0.0, HARD_BRAKING_MS2 + 0.1, HARD_BRAKING_MS2 - 0.01)):
+        hist = np.zeros((4, 7))
+        hist[-1, 5] = a
+        np.savez(data / "scenes" / f"s{i}.npz", ego_history=hist)
+        recs.append({"id": f"s{i}", "scene": f"scenes/s{i}.npz", "conversations": []})
+    (data / "train.json").write_text(json.dumps(recs))
+
+    def weights(spec):
+        return {Path(s["path"]).name: s["weight"] for s in training_sources(p, spec)}
+
+    qa = {"train.json": 1.0, "train_qa.json": p.cfg["data"]["qa_weight"]}
+    assert weights({"name": "plain"}) == qa
+    assert weights({"name": "x", "hard_braking": 0.25}) == {**qa, "train_hard_braking.json": 0.25}
+    subset = data / "train_hard_braking.json"
+    assert [r["id"] for r in json.loads(subset.read_text())] == ["s0", "s3"]
+    (data / "train.json").write_text(json.dumps(recs[1:3]))  # the split generated again: the subset follows it
+    later = subset.stat().st_mtime + 5
+    os.utime(data / "train.json", (later, later))
+    weights({"name": "x", "hard_braking": 0.25})
+    assert json.loads(subset.read_text()) == []
+    (data / "train.json").write_text(json.dumps([{"id": "foreign", "conversations": []}]))
+    os.utime(data / "train.json", (later + 5, later + 5))
+    with pytest.raises(UserError, match="sample 0 \\(foreign\\): field 'scene'"):
+        weights({"name": "x", "hard_braking": 0.25})

@@ -307,7 +307,9 @@ def stage_aggregate(p: Pipeline, spec: dict) -> dict:
 
 def training_sources(p: Pipeline, spec: dict) -> list[dict]:
     """A training stage's data mixture (`data.train` of its recipe): the expert scenes at weight 1, QA pairs at
-    `data.qa_weight`, the aggregation rounds' on-policy scenes at `agg`, scenes along the routes at `phases`."""
+    `data.qa_weight`, the aggregation rounds' on-policy scenes at `agg`, scenes along the routes at `phases`, the
+    busier and faster traffic at `train_variants`, and the expert scenes whose ego brakes hard at t0 once more at
+    `hard_braking`."""
     data = p.format_dir(spec.get("fmt"))
     qa_weight = float(p.cfg["data"].get("qa_weight", 0.0))
     sources = [{"path": str(data / "train.json"), "weight": 1.0}]
@@ -337,6 +339,10 @@ def training_sources(p: Pipeline, spec: dict) -> list[dict]:
         sizes = [int(p.cfg["data"]["train_variants"][n].get("per_family", p.cfg["data"]["per_family"]["train"]))
                  for n in names]
         sources += [{"path": str(f), "weight": float(spec["train_variants"]) * n / sum(sizes)} for f, n in zip(files, sizes)]
+    if spec.get("hard_braking"):  # the expert scenes that start in hard braking, again at this share (a subset)
+        from wamdiff.driving.dataset import write_hard_braking_split
+
+        sources.append({"path": str(write_hard_braking_split(data)), "weight": float(spec["hard_braking"])})
     return sources
 
 

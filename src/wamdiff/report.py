@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from wamdiff.decoding.speed import times_ar
-from wamdiff.eval.openloop import HARD_BRAKING_MS2
+from wamdiff.driving.scene import HARD_BRAKING_MS2
 from wamdiff.jsonfile import write_json
 
 COLUMNS = [  # (key, header, format)

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
+HARD_BRAKING_MS2 = -2.0  # an ego whose acceleration at t0 is below this already brakes hard
+
 COMMANDS = ("left", "straight", "right", "unknown")
 HISTORY_STEPS = 4  # ego statuses at 2 Hz: t = -1.5, -1.0, -0.5, 0.0 s
 FUTURE_STEPS = 8  # poses at 0.5 s .. 4.0 s
@@ -59,6 +61,11 @@ class Scene:
     @property
     def ego_speed(self) -> float:
         return float(np.hypot(*self.ego_history[-1, 3:5]))
+
+    @property
+    def ego_accel(self) -> float:
+        """Longitudinal acceleration at t0 (m/s^2; negative: braking)."""
+        return float(self.ego_history[-1, 5])
 
     # -- storage ---------------------------------------------------------------------------------
     def save(self, path: str | Path) -> Path:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from wamdiff.driving.scene import HARD_BRAKING_MS2
 from wamdiff.eval.intervals import mean_ci95
 
 from .pdms.geometry import convex_intersect
@@ -25,7 +26,6 @@ from .pdms.tracker import headings_from_xy
 from .pdms.vehicle import box_corners, scene_vehicle
 
 OPENLOOP_VERSION = "wamdiff-openloop/0.2"  # 0.2: ego_speed, ego_accel per row; per_condition
-HARD_BRAKING_MS2 = -2.0  # ego longitudinal acceleration at t0 below this: a hard-braking scene
 STEP_TIMES = tuple(round(0.5 * (i + 1), 1) for i in range(8))
 
 
@@ -45,7 +45,7 @@ def plan_collides(scene, xy: np.ndarray, heading: np.ndarray | None = None) -> b
 
 def openloop_row(scene, plan, planner_name: str = "") -> dict:
     row = {"scene_id": scene.scene_id, "family": scene.family, "split": scene.split, "planner": planner_name,
-           "ego_speed": scene.ego_speed, "ego_accel": float(scene.ego_history[-1, 5]),
+           "ego_speed": scene.ego_speed, "ego_accel": scene.ego_accel,
            "plan_ok": bool(plan.ok), "fallback": plan.fallback, "plan_reason": plan.reason,
            "forwards": plan.forwards, "new_tokens": plan.new_tokens, "version": OPENLOOP_VERSION, "valid": True, "reason": ""}
     fut = np.asarray(scene.future, float)
