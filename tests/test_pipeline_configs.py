@@ -130,10 +130,9 @@ def test_a_stage_can_weight_up_the_scenes_that_start_in_hard_braking(tmp_path):
     import json
     import os
 
-    import numpy as np
-
     from wamdiff.driving.scene import HARD_BRAKING_MS2
     from wamdiff.errors import UserError
+    from wamdiff.eval.synthetic import straight_road_scene
     from wamdiff.pipeline import Pipeline, training_sources
 
     p = Pipeline.load(ROOT / "configs" / "default.yaml")
@@ -142,9 +141,9 @@ def test_a_stage_can_weight_up_the_scenes_that_start_in_hard_braking(tmp_path):
     (data / "scenes").mkdir(parents=True)
     recs = []
     for i, a in enumerate((HARD_BRAKING_MS2 - 1.0, 0.0, HARD_BRAKING_MS2 + 0.1, HARD_BRAKING_MS2 - 0.01)):
-        hist = np.zeros((4, 7))
-        hist[-1, 5] = a
-        np.savez(data / "scenes" / f"s{i}.npz", ego_history=hist)
+        scene = straight_road_scene(speed=10.0, scene_id=f"s{i}")
+        scene.ego_history[-1, 5] = a
+        scene.save(data / "scenes" / f"s{i}")
         recs.append({"id": f"s{i}", "scene": f"scenes/s{i}.npz", "conversations": []})
     (data / "train.json").write_text(json.dumps(recs))
 

@@ -304,9 +304,7 @@ def write_hard_braking_split(out: str | Path, split: str = "train") -> Path:
     """`<split>_hard_braking.json` beside `<split>.json`: the samples whose ego brakes harder than
     `scene.HARD_BRAKING_MS2` at t0 (a fifth of the default world's scenes, where the diffusion student planned worse
     than the AR VLA: docs/PARITY.md), for a training mixture to weight up. Written again when `<split>.json` is newer."""
-    import numpy as np
-
-    from wamdiff.driving.scene import HARD_BRAKING_MS2
+    from wamdiff.driving.scene import HARD_BRAKING_MS2, Scene
     from wamdiff.jsonfile import write_json
 
     out = Path(out)
@@ -318,9 +316,8 @@ def write_hard_braking_split(out: str | Path, split: str = "train") -> Path:
         if "scene" not in rec:
             raise UserError(f"{src}: sample {i} ({rec.get('id')}): field 'scene': missing (a hard-braking subset needs "
                             "the simulated scene files of `wamdiff data generate`)")
-        with np.load(out / rec["scene"]) as z:
-            if float(z["ego_history"][-1, 5]) < HARD_BRAKING_MS2:
-                keep.append(rec)
+        if Scene.load(out / rec["scene"]).ego_accel < HARD_BRAKING_MS2:
+            keep.append(rec)
     return write_json(dst, keep)
 
 

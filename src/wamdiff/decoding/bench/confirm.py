@@ -2,10 +2,10 @@
 
 The grid times AR next to every diffusion point, and the headline takes the AR setting with the fastest median
 timing (`headline.fastest_ar`) and the fastest diffusion point: the latter is the luckiest of many settings timed
-once each, so it is biased by noise in diffusion's favour. This step re-times just the two winners, interleaved for `repeats`
-rounds on the grid's prompts (AR and diffusion back to back, order rotated every round), and reports the median of
-the per-round ratios (`levers.paired_walls`), with its range. The selection still happened on the grid; the figure
-of the selected pair no longer carries the selection's luck.
+once each, so it is biased by noise in diffusion's favour. This step re-times just the two winners, interleaved
+for `repeats` rounds on the grid's prompts (AR and diffusion back to back, order rotated every round), and reports
+the median of the per-round ratios (`levers.paired_walls`), with its range. The selection still happened on the
+grid; the figure of the selected pair no longer carries the selection's luck.
 """
 
 from __future__ import annotations

@@ -59,8 +59,8 @@ def at_ar_quality(row: dict, tolerance: float = QUALITY_TOLERANCE) -> bool:
 def _versus(ar: dict, d: dict, ar_timings: list[dict]) -> dict:
     a, s = ar["ar"], d["diffusion"]
     lat = [t["latency_ms"] for t in ar_timings if t.get("latency_ms") is not None]
-    return {"batch": d["batch"], "ar_timings": len(ar_timings),
-            "ar_latency_range_ms": [min(lat), max(lat)] if lat else None, "ar_dtype": ar["dtype"], "ar_compile": ar.get("compile", False),
+    return {"batch": d["batch"], "ar_timings": len(ar_timings), "ar_latency_range_ms": [min(lat), max(lat)] if lat else None,
+            "ar_dtype": ar["dtype"], "ar_compile": ar.get("compile", False),
             "ar_threads": ar.get("threads"), "ar_tok_s": a["tok_s"],
             "ar_plans_per_s": a.get("plans_per_s"), "ar_latency_ms": a.get("latency_ms"),
             "diffusion_dtype": d["dtype"], "diffusion_compile": d.get("compile", False),
@@ -135,7 +135,8 @@ def headline_table(result: dict) -> list[dict]:
     for b in result.get("best", []):
         n = b["batch"]
         ar = fastest_ar(rows_by[n])[0]
-        out.append(_table_row(n, "AR VLA (fastest setting, median timing)", row_setting(ar), ar["ar"], ar["ar_quality"], ar["ar"]))
+        out.append(_table_row(n, "AR VLA (fastest setting, median timing)", row_setting(ar), ar["ar"], ar["ar_quality"],
+                              ar["ar"]))
         q = b.get("at_quality")
         best = None
         if q:
