@@ -87,7 +87,7 @@ def aggregate_openloop(rows: list[dict], reference: dict | None = None) -> dict:
         return out
 
     families = sorted({r["family"] for r in rows})
-    braking = [r.get("ego_accel", 0.0) < HARD_BRAKING_MS2 for r in rows]
+    braking = [r["ego_accel"] < HARD_BRAKING_MS2 for r in rows]
     result = {"version": OPENLOOP_VERSION, "overall": summary(rows),
               "per_family": {f: summary([r for r in rows if r["family"] == f]) for f in families},
               "per_condition": {"hard_braking": summary([r for r, b in zip(rows, braking) if b]),
