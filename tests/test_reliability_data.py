@@ -12,6 +12,7 @@ from test_reliability_errors import assert_user_error, cli
 
 from wamdiff.driving.scene import Scene
 from wamdiff.driving.wamdiff2_json import read_samples
+from wamdiff.eval.data import find_scene_files
 
 
 def _generate(out, family: str, n: int, *extra):
@@ -64,13 +65,16 @@ def test_truncated_orphaned_and_half_written_scenes_are_repaired(dataset):
     with open(first, "r+b") as f:  # a truncated scene (disk full, a copy cut short)
         f.truncate(first.stat().st_size // 2)
     second.with_suffix(".png").unlink()  # a scene whose image is missing
-    (scenes / "highway_test_20000007.tmp.npz").write_bytes(b"half")  # temporaries of a killed run
-    (scenes / "highway_test_20000007.tmp.png").write_bytes(b"half")
+    (scenes / "highway_test_20000007.npz.partial").write_bytes(b"half")  # temporaries of a killed run
+    (scenes / "highway_test_20000007.png.partial").write_bytes(b"half")
+    (scenes / "highway_test_20000008.tmp.npz").write_bytes(b"half")  # and those of an older version
+    (scenes / "highway_test_20000008.tmp.png").write_bytes(b"half")
+    assert find_scene_files(dataset) == [first, second]  # a temporary is never taken for a scene
     with pytest.warns(UserWarning, match=f"{first.name}: not a readable wamdiff scene.*set aside"):
         res = _generate(dataset, "highway", 2)
     assert res.exit_code == 0, res.stderr
     assert (scenes / f"{first.name}.unreadable").exists()  # kept for inspection, out of every *.npz glob
-    assert not list(scenes.glob("*.tmp.*")) and second.with_suffix(".png").exists()
+    assert not list(scenes.glob("*.tmp.*")) and not list(scenes.glob("*.partial")) and second.with_suffix(".png").exists()
     for name, before in original.items():  # simulated again: the same scenes
         after = Scene.load(scenes / name)
         assert np.array_equal(before.image, after.image) and np.array_equal(before.future, after.future)

@@ -69,7 +69,7 @@ def test_ctrl_c_stops_workers_and_the_rerun_completes_the_set(tmp_path):
     assert len(on_disk) >= 3
     res = cli(*args, "--n", "4")
     assert res.exit_code == 0, res.stderr
-    assert not list((out / "scenes").glob("*.tmp.*"))
+    assert not list((out / "scenes").glob("*.tmp.*")) and not list((out / "scenes").glob("*.partial"))
 
     # the same set as an uninterrupted one-worker run, and every scene made before Ctrl-C kept as it was
     ref = generate_dataset(tmp_path / "ref", ["highway"], "val", n=4, workers=1, progress=False)

@@ -6,6 +6,8 @@ import json
 import math
 from pathlib import Path
 
+from wamdiff.atomic import write_atomically
+
 
 def to_jsonable(value):
     """`json.dumps(default=...)`: numpy scalars and arrays as Python values, anything else as its text."""
@@ -19,9 +21,5 @@ def to_jsonable(value):
 
 def write_json(path: str | Path, obj, indent: int = 2) -> Path:
     """Write `obj` to `path` atomically (a reader never sees half a file); creates the folder."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=indent, default=to_jsonable))
-    tmp.replace(path)
-    return path
+    text = json.dumps(obj, indent=indent, default=to_jsonable).encode()
+    return write_atomically(path, lambda f: f.write(text))

@@ -30,6 +30,7 @@ from pathlib import Path
 from wamdiff.driving.world import FAMILIES
 from wamdiff.errors import UserError
 from wamdiff.executors import ExecutorConfig, open_executor
+from wamdiff.jsonfile import write_json
 
 SPLIT_SEED_BASE = {"train": 0, "val": 10_000_000, "test": 20_000_000}
 SPLIT_SEED_SPAN = 10_000_000
@@ -103,7 +104,10 @@ def _kept_seeds(scenes: Path, family: str, split: str) -> list[int]:
 
 def _remove_leftovers(scenes: Path) -> None:
     """Half-written files of a killed run (Scene.save's temporaries); the seeds are simply simulated again."""
-    for p in [*scenes.glob("*.tmp.npz"), *scenes.glob("*.tmp.png")]:
+    from wamdiff.atomic import PARTIAL_SUFFIX
+    from wamdiff.driving.scene import LEGACY_TEMPORARIES
+
+    for p in [f for pattern in (f"*{PARTIAL_SUFFIX}", *LEGACY_TEMPORARIES) for f in scenes.glob(pattern)]:
         p.unlink(missing_ok=True)
 
 
@@ -305,7 +309,6 @@ def write_hard_braking_split(out: str | Path, split: str = "train") -> Path:
     `scene.HARD_BRAKING_MS2` at t0 (a fifth of the default world's scenes, where the diffusion student planned worse
     than the AR VLA: docs/PARITY.md), for a training mixture to weight up. Written again when `<split>.json` is newer."""
     from wamdiff.driving.scene import HARD_BRAKING_MS2, Scene
-    from wamdiff.jsonfile import write_json
 
     out = Path(out)
     src, dst = out / f"{split}.json", out / f"{split}_hard_braking.json"
@@ -363,9 +366,7 @@ def _update_manifest(out: Path, split: str, targets: dict[str, int], fmt: str, s
     }
     manifest["versions"] = {"wamdiff": getattr(wamdiff, "__version__", "0"), "highway_env": highway_env.__version__}
     manifest["seed_scheme"] = "seed = SPLIT_SEED_BASE[split] + i; train 0.., val 10,000,000.., test 20,000,000.. (10 M each)"
-    tmp = path.with_name("manifest.json.tmp")
-    tmp.write_text(json.dumps(manifest, indent=1))
-    tmp.replace(path)
+    write_json(path, manifest, indent=1)
 
 
 def _comfort_pass(reasons: Counter, attempted: int) -> float:
@@ -385,10 +386,10 @@ def quantization_report(data_dir: str | Path, split: str | None = None) -> dict[
     """Mean L2 quantisation error (m per waypoint) of every answer format over the expert futures in DIR."""
     import numpy as np
 
-    from wamdiff.driving.scene import Scene
+    from wamdiff.driving.scene import Scene, is_scene_file
     from wamdiff.driving.trajectory import FORMATS, quantization_error
 
-    files = sorted(p for p in Path(data_dir, "scenes").glob(f"*_{split}_*.npz" if split else "*.npz") if not p.name.endswith(".tmp.npz"))
+    files = sorted(p for p in Path(data_dir, "scenes").glob(f"*_{split}_*.npz" if split else "*.npz") if is_scene_file(p.name))
     if not files:
         raise UserError(f"{data_dir}: no scenes/*.npz found (--data must be a folder made by `wamdiff data generate`)")
     errs = defaultdict(list)

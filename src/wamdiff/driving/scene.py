@@ -17,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
+from wamdiff.atomic import write_atomically
+
 HARD_BRAKING_MS2 = -2.0  # an ego whose acceleration at t0 is below this already brakes hard
 
 COMMANDS = ("left", "straight", "right", "unknown")
@@ -24,6 +26,13 @@ HISTORY_STEPS = 4  # ego statuses at 2 Hz: t = -1.5, -1.0, -0.5, 0.0 s
 FUTURE_STEPS = 8  # poses at 0.5 s .. 4.0 s
 AGENT_HZ = 10
 AGENT_STEPS = 51  # 0.0 .. 5.0 s at 10 Hz
+# temporaries that Scene.save of versions before `wamdiff.atomic` left when killed; they end in .npz/.png
+LEGACY_TEMPORARIES = ("*.tmp.npz", "*.tmp.png")
+
+
+def is_scene_file(name: str) -> bool:
+    """A scene's `.npz`, not a half-written temporary of an older version."""
+    return name.endswith(".npz") and not name.endswith(".tmp.npz")
 
 
 @dataclass
@@ -93,13 +102,8 @@ class Scene:
         header["speed_limit"] = self.map.speed_limit
         arrays["header"] = np.frombuffer(json.dumps(header).encode(), dtype=np.uint8)
         # the .png first: a present .npz is what marks the scene complete (dataset resume relies on it)
-        png_tmp = path.with_name(path.name + ".tmp.png")
-        Image.fromarray(self.image).save(png_tmp)
-        png_tmp.replace(path.with_suffix(".png"))
-        tmp = path.with_name(path.name + ".tmp.npz")
-        np.savez_compressed(tmp, **arrays)
-        tmp.replace(path.with_suffix(".npz"))
-        return path.with_suffix(".npz")
+        write_atomically(path.with_suffix(".png"), lambda f: Image.fromarray(self.image).save(f, format="PNG"))
+        return write_atomically(path.with_suffix(".npz"), lambda f: np.savez_compressed(f, **arrays))
 
     @classmethod
     def load(cls, path: str | Path) -> "Scene":

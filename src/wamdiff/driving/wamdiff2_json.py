@@ -14,6 +14,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from wamdiff.atomic import write_atomically
+
 
 @dataclass
 class ConversationSample:
@@ -142,12 +144,12 @@ def write_samples(samples: list[ConversationSample], path: str | Path, relative_
     path.parent.mkdir(parents=True, exist_ok=True)
     rel = path.parent.resolve() if relative_images else None
     objs = [sample_to_obj(s, rel) for s in samples]
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
+
+    def write(f) -> None:
         if path.suffix == ".jsonl":
             for o in objs:
                 f.write(json.dumps(o, ensure_ascii=False) + "\n")
         else:
             json.dump(objs, f, ensure_ascii=False, indent=1)
-    tmp.replace(path)
-    return path
+
+    return write_atomically(path, write, text=True)

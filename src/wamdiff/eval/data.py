@@ -7,6 +7,8 @@ from pathlib import Path
 
 
 def find_scene_files(data: str | Path) -> list[Path]:
+    from wamdiff.driving.scene import is_scene_file
+
     root = Path(data)
     if root.is_file():
         return [root]
@@ -14,8 +16,7 @@ def find_scene_files(data: str | Path) -> list[Path]:
         raise ValueError(f"{root}: no such scene directory")
     # os.walk with followlinks: a dataset's scenes/ may be a symlink to shared scenes (the pipeline's other answer
     # formats), which Path.rglob does not enter
-    return sorted(Path(d) / f for d, _, files in os.walk(root, followlinks=True)
-                  for f in files if f.endswith(".npz") and not f.endswith(".tmp.npz"))
+    return sorted(Path(d) / f for d, _, files in os.walk(root, followlinks=True) for f in files if is_scene_file(f))
 
 
 def load_scenes(data: str | Path, split: str | None = None, families: list[str] | None = None, limit: int | None = None,

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
+from wamdiff.atomic import write_atomically
+
 
 def safe_name(spec: str) -> str:
     """A file-system-safe planner name ("model:/x/ckpt,mode=block" -> "model_ckpt_mode-block")."""
@@ -49,18 +51,17 @@ def _cell(v):
 
 
 def write_csv(rows: list[dict], path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
     cols: list[str] = []
     for r in rows:
         cols += [k for k in r if not k.startswith("_") and k not in cols]
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with tmp.open("w", newline="") as f:
+
+    def write(f) -> None:
         w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
         w.writeheader()
         for r in rows:
             w.writerow({k: _cell(r.get(k)) for k in cols})
-    tmp.replace(path)
-    return path
+
+    return write_atomically(path, write, text=True)
 
 
 # -- plots ---------------------------------------------------------------------------------------------

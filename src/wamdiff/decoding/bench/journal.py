@@ -7,6 +7,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
+from wamdiff.atomic import write_atomically
 from wamdiff.decoding.dial import model_fingerprint
 
 JOURNAL = "bench.partial.jsonl"  # rows of an unfinished run, in the output folder
@@ -42,10 +43,8 @@ class Journal:
             self._rewrite(fingerprint, [])
 
     def _rewrite(self, fingerprint: str, entries: list) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text("".join(json.dumps(e) + "\n" for e in [{"fingerprint": fingerprint}, *entries]))
-        tmp.replace(self.path)
+        text = "".join(json.dumps(e) + "\n" for e in [{"fingerprint": fingerprint}, *entries])
+        write_atomically(self.path, lambda f: f.write(text), text=True)
 
     def add(self, kind: str, data: dict) -> None:
         with open(self.path, "a") as fh:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from wamdiff.atomic import write_atomically
 from wamdiff.eval.intervals import mean_ci95
 
 from .reference import IDMParams, ReferencePlan, plan_reference
@@ -132,10 +133,7 @@ class PDMSEvaluator:
         self._ref[scene.scene_id] = ref.poses
         path = self._cache_path(scene)
         if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(path.name + ".tmp.npz")
-            np.savez(tmp, poses=ref.poses, best=ref.best, proposal_pdms=ref.proposal_pdms)
-            tmp.replace(path)
+            write_atomically(path, lambda f: np.savez(f, poses=ref.poses, best=ref.best, proposal_pdms=ref.proposal_pdms))
         return ref.poses
 
     # -- scoring -------------------------------------------------------------------------------------
