@@ -1,9 +1,10 @@
-"""Atomic file writes: the bytes go to `<name>.partial` and are renamed in one `os.replace`, so a reader or a resumed
+"""Atomic file writes: the bytes go to `<name>.<pid>.partial` and are renamed in one `os.replace`, so a reader or a resumed
 run never sees half a file. The temporary keeps no `.npz`/`.png`/`.json` ending on purpose: a glob for the real
 files never matches it (a killed writer once left `x.tmp.npz`, which `*.npz` readers took for a scene)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO
@@ -11,16 +12,12 @@ from typing import IO
 PARTIAL_SUFFIX = ".partial"
 
 
-def partial_path(path: Path) -> Path:
-    return path.with_name(path.name + PARTIAL_SUFFIX)
-
-
 def write_atomically(path: str | Path, write: Callable[[IO], None], text: bool = False) -> Path:
     """Call `write(file)` on a temporary beside `path` (binary, or UTF-8 text with `text`), then rename it to
     `path`; creates the folder."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = partial_path(path)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}{PARTIAL_SUFFIX}")  # the pid: two writers of one file never share it
     try:
         with (open(tmp, "w", encoding="utf-8", newline="") if text else open(tmp, "wb")) as f:
             write(f)
