@@ -86,6 +86,36 @@ def test_a_forked_worker_loads_a_checkpoint_after_the_parent_used_two_threads(tm
     assert "ForConditionalGeneration" in res.stdout
 
 
+_FORKED_PARALLEL_OP = """
+import torch
+from wamdiff.executors import ExecutorConfig, open_executor
+
+def matmul(i):
+    b = torch.randn(1500, 1500)
+    return i + float((b @ b).sum() * 0)
+
+if __name__ == "__main__":
+    torch.set_num_threads(2)  # the parent stays at two threads (a pipeline with `threads: 2`) when the pool forks
+    a = torch.randn(1500, 1500)
+    (a @ a).sum()
+    with open_executor(ExecutorConfig(kind="process", workers=2)) as ex:
+        print(sorted(ex.imap_unordered(matmul, range(4))))
+"""
+
+
+def test_a_forked_worker_runs_parallel_ops_while_the_parent_uses_two_threads(tmp_path):
+    """GNU OpenMP is not fork-safe: a worker forked from a parent that ran ops on two threads waited for ever in its
+    first parallel op (a pipeline with `threads: 2` hung in its closed-loop stage, loading the planner's weights).
+    Workers run torch on one thread. A hang fails as a timeout."""
+    import subprocess
+
+    script = tmp_path / "forked_parallel_op.py"
+    script.write_text(_FORKED_PARALLEL_OP)
+    res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.split() == ["[0.0,", "1.0,", "2.0,", "3.0]"]
+
+
 # -- Ray ----------------------------------------------------------------------------------------------------------
 def test_ray_executor_equals_process_pool(local_ray):
     # the jobs above live in this test module, which Ray workers cannot import: send them by value

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -132,6 +133,8 @@ def _pool_worker_init(initializer, initargs) -> None:
     # thread pool!") once the parent has run ops on more than one thread. transformers loads weights on a thread
     # pool unless told not to; this keeps a worker's model loading on its main thread.
     os.environ.setdefault("HF_DEACTIVATE_ASYNC_LOAD", "1")
+    if "torch" in sys.modules:  # GNU OpenMP is not fork-safe: after the parent ran ops on 2+ threads, the first
+        sys.modules["torch"].set_num_threads(1)  # parallel op of a worker waits for threads it does not have (seen)
     if initializer is not None:
         initializer(*initargs)
 
