@@ -107,8 +107,9 @@ def _remove_leftovers(scenes: Path) -> None:
     from wamdiff.atomic import PARTIAL_SUFFIX
     from wamdiff.driving.scene import LEGACY_TEMPORARIES
 
-    for p in [f for pattern in (f"*{PARTIAL_SUFFIX}", *LEGACY_TEMPORARIES) for f in scenes.glob(pattern)]:
-        p.unlink(missing_ok=True)
+    for pattern in (f"*{PARTIAL_SUFFIX}", *LEGACY_TEMPORARIES):
+        for p in scenes.glob(pattern):
+            p.unlink(missing_ok=True)
 
 
 def _effective_settings(world_cfg: dict, camera: dict) -> dict:

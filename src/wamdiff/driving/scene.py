@@ -13,6 +13,7 @@ import json
 import zipfile
 import zlib
 from dataclasses import asdict, dataclass, field
+from fnmatch import fnmatch
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +33,7 @@ LEGACY_TEMPORARIES = ("*.tmp.npz", "*.tmp.png")
 
 def is_scene_file(name: str) -> bool:
     """A scene's `.npz`, not a half-written temporary of an older version."""
-    return name.endswith(".npz") and not name.endswith(".tmp.npz")
+    return name.endswith(".npz") and not any(fnmatch(name, pattern) for pattern in LEGACY_TEMPORARIES)
 
 
 @dataclass

@@ -141,7 +141,6 @@ def sample_to_obj(s: ConversationSample, relative_to: Path | None = None) -> dic
 def write_samples(samples: list[ConversationSample], path: str | Path, relative_images: bool = True) -> Path:
     """Write a `.json` list or a `.jsonl` file (by suffix), image paths relative to the file's folder. Atomic."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     rel = path.parent.resolve() if relative_images else None
     objs = [sample_to_obj(s, rel) for s in samples]
 
