@@ -105,6 +105,28 @@ def test_best_vs_best_and_the_quality_bounded_headline():
     assert b["at_quality"] is None
 
 
+def test_an_int8_row_is_judged_against_fp32_ar_and_on_its_own_answers():
+    """int8 weights degrade AR too: the bound is AR at fp32 (same batch and threads), and a verdict from the speed
+    dial's curve (measured with fp32 weights) does not carry over to int8 rows unless their own answers meet it."""
+    from wamdiff.decoding.bench.headline import at_ar_quality, best_vs_best, mark_reference_quality
+
+    def row(dtype, d_tok_s, l2, ar_l2, curve=None):
+        return {"dtype": dtype, "compile": False, "threads": 1, "batch": 1, "block_size": 17, "threshold": 0.5,
+                "max_steps": 1, "cache": "exact", "ar": {"tok_s": 400}, "diffusion": {"tok_s": d_tok_s, "tpf": 17.0},
+                "quality": {"l2_vs_expert": l2}, "ar_quality": {"l2_vs_expert": ar_l2}, "at_ar_quality": curve}
+
+    fp32, int8 = row("fp32", 1000, 1.05, 1.0, curve=True), row("int8", 1500, 1.3, 1.25, curve=True)
+    assert at_ar_quality(int8)  # against its own (int8) AR: 1.3 <= 1.1 x 1.25
+    mark_reference_quality([fp32, int8])
+    assert int8["reference_ar_quality"] == fp32["ar_quality"] and at_ar_quality(fp32)
+    assert not at_ar_quality(int8)  # 1.3 > 1.1 x 1.0, whatever the curve said for the same decode setting
+    assert best_vs_best([fp32, int8])[0]["at_quality"]["diffusion_dtype"] == "fp32"
+    good = row("int8", 1500, 1.08, 1.25, curve=True)
+    mark_reference_quality([fp32, good])
+    assert at_ar_quality(good) and best_vs_best([fp32, good])[0]["at_quality"]["diffusion_dtype"] == "int8"
+    assert not at_ar_quality(row("int8", 1500, 1.08, 1.25, curve=False))  # the curve's verdict still counts
+
+
 def test_an_ar_setting_is_judged_by_its_median_timing_not_its_luckiest():
     """AR is re-timed beside every diffusion point: the headline takes each AR setting's median timing (the upper
     one of an even count), then the fastest setting, and reports how many timings and their range."""

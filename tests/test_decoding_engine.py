@@ -401,3 +401,47 @@ def test_compiled_step_gives_eager_tokens(mode):
     assert [g.token_ids for g in comp] == [g.token_ids for g in eager]
     assert not counters["graph_break"], dict(counters["graph_break"])  # one graph per step shape, no fallbacks
     assert [g.forwards for g in comp] == [g.forwards for g in eager]
+
+
+# ---------------------------------------------------------------------------------------------- int8 weights
+def test_int8_decoding_follows_the_no_cache_reference_of_the_same_int8_model(qwen3_vl):
+    """`dtype="int8"` quantizes every Linear in place (embeddings, norms and the vision patch convolution stay
+    fp32), and the cached, lean decode of that model takes the tokens a no-cache full recomputation of the same
+    int8 model takes. (Activations are quantized per call, so a few-row step and a full forward round differently:
+    their logits are not compared bit for bit; the tokens are.)"""
+    import copy
+
+    from wamdiff.models.precision import INT8, is_int8
+
+    model = copy.deepcopy(qwen3_vl)
+    n_linear = sum(isinstance(m, torch.nn.Linear) for m in model.modules())
+    prompt = synthetic_prompt(TOK, 7, seed=4, image=True)
+    cfg = DecodeConfig(block_size=4, threshold=0.5, max_steps_per_block=4, max_new_tokens=8, dtype="int8")
+    assert cfg.dtype == INT8
+    (gen,) = generate(model, TOK, [prompt], cfg)
+    quantized = [m for m in model.modules() if isinstance(m, torch.ao.nn.quantized.dynamic.Linear)]
+    assert is_int8(model) and len(quantized) == n_linear > 0
+    assert not any(type(m) is torch.nn.Linear for m in model.modules())
+    (again,) = generate(model, TOK, [prompt], cfg)  # already quantized: nothing is quantized twice
+    assert again.token_ids == gen.token_ids
+    assert len([m for m in model.modules() if isinstance(m, torch.ao.nn.quantized.dynamic.Linear)]) == n_linear
+    ref, _ = _reference_block_decode(model, prompt, block=4, tau=0.5, max_steps=4, max_new=8,
+                                     mask_id=model_block_settings(model, TOK)[1])
+    assert gen.token_ids == ref
+    # and the int8 logits stay close to the fp32 model's (the same no-cache forward)
+    ids = prompt.input_ids.tolist() + ref
+    fp32 = _full_logits(qwen3_vl, ids, len(prompt.input_ids), 4, prompt)
+    int8 = _full_logits(model, ids, len(prompt.input_ids), 4, prompt)
+    assert (int8 - fp32).abs().max() < 0.05 * fp32.abs().max()
+    assert (int8.argmax(-1) == fp32.argmax(-1)).float().mean() > 0.9
+
+
+def test_int8_is_refused_where_it_cannot_run():
+    from wamdiff.decoding.bench.grid import BenchGrid
+    from wamdiff.models.precision import cast_model, quantize_linear_int8
+
+    with pytest.raises(ValueError, match="int8 runs on the CPU only"):
+        BenchGrid(dtypes=["fp32", "int8"], device="cuda")
+    model = quantize_linear_int8(tiny_qwen3(TOK, seed=5))
+    with pytest.raises(ValueError, match="cannot be cast to torch.bfloat16"):
+        cast_model(model, torch.bfloat16)

@@ -91,12 +91,16 @@ def test_a_stage_can_name_its_aggregation_rounds(tmp_path):
         **qa, "agg.json": 0.5}
 
 
-def test_the_conversion_trains_on_one_mixture_it_can_make_from_the_ar_vla(tmp_path):
+def test_the_conversion_trains_on_one_mixture_it_can_make_from_the_ar_vla(tmp_path, monkeypatch):
     """Every stage after the AR VLA sees the same data: the expert scenes, the route-phase scenes, the busier and
     faster traffic (`data.train_variants`, each set by its size) and the round the given AR VLA drives itself
     (round 6), never the rounds of the AR chain, which exist only when `--from-scratch` trains that chain; the
-    stages after `block32` add the round the student drives (round 7)."""
+    stages after `block32` add the round the student drives (round 7); the level-2 stage also the expert scenes that
+    start in hard braking, once more (`hard_braking`)."""
+    import wamdiff.driving.dataset as dataset
     from wamdiff.pipeline import Pipeline, training_sources
+
+    monkeypatch.setattr(dataset, "write_hard_braking_split", lambda data: Path(data) / "train_hard_braking.json")
 
     p = Pipeline.load(ROOT / "configs" / "default.yaml")
     p.out = tmp_path
@@ -112,8 +116,9 @@ def test_the_conversion_trains_on_one_mixture_it_can_make_from_the_ar_vla(tmp_pa
             *[(f"data_train_{n}/train.json", pytest.approx(v["per_family"] / total)) for n, v in variants.items()]]
     for name in ["block1", "block4", "block8", "block16", "block32", "teacher_ar", "teacher_block4", "teacher_block32"]:
         assert mixture(name) == sorted([*base, ("data/agg_r6.json", 0.5)]), name
-    for name in ["distill_block", "distill_model"]:
-        assert mixture(name) == sorted([*base, ("data/agg_r6.json", 0.25), ("data/agg_r7.json", 0.25)]), name
+    both_rounds = [*base, ("data/agg_r6.json", 0.25), ("data/agg_r7.json", 0.25)]
+    assert mixture("distill_block") == sorted([*both_rounds, ("data/train_hard_braking.json", 0.25)])
+    assert mixture("distill_model") == sorted(both_rounds)
     for name in ["ar_sft", "ar_vla"]:  # the AR VLA's own chain never sees them
         assert not any("data_train_" in path for path, _ in mixture(name)), name
     del p.cfg["data"]["train_variants"]

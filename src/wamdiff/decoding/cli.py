@@ -54,7 +54,7 @@ def bench(
     blocks: str = typer.Option("4,8,16,32", help="Block sizes B; 'fit' = one block holding the whole answer of a "
                                                  "fixed-width --format (delta: 17 tokens, end of turn included)."),
     taus: str = typer.Option("0.7,0.8,0.9,0.95", help="Confidence thresholds."),
-    dtypes: str = typer.Option("fp32,bf16", help="fp32 and/or bf16."),
+    dtypes: str = typer.Option("fp32,bf16", help="fp32, bf16 and/or int8 (fp32 with int8 Linear weights, CPU)."),
     max_new_tokens: int = typer.Option(160, min=1, help="Answer budget."),
     max_steps: str = typer.Option("32", help="Max denoising steps per block (a list: each is a grid point)."),
     repeats: int = typer.Option(1, min=1, help="Timed repeats per configuration (median)."),

@@ -8,6 +8,7 @@ from typing import Any, Literal
 import torch
 
 from wamdiff.decoding.lean import LEAN_MODES
+from wamdiff.models.precision import INT8
 
 ATTENTIONS = ("sdpa", "flashinfer", "torch_paged")  # DecodeConfig.attention
 AUTO = "auto"  # DecodeConfig.block_size: the speed dial picks B, tau, step cap and cache (`wamdiff.decoding.dial`)
@@ -47,7 +48,8 @@ class DecodeConfig:
         answers) as the grid value nearest the probability-weighted mean within w grid steps of its most likely
         value, with that window's probability as its confidence (`wamdiff.decoding.readout`); 0 = the most likely
         token and its probability. Applies to AR and block decoding alike; needs the grammar.
-    dtype: cast the model to this dtype first (IN PLACE; e.g. torch.bfloat16); None keeps it.
+    dtype: cast the model to this dtype first (IN PLACE; e.g. torch.bfloat16, or "int8": its Linear layers
+        dynamically quantized, CPU only, `models.precision.quantize_linear_int8`); None keeps it.
     compile: torch.compile the one-step function (same setting applies to AR and block). On CPU with
         inductor weight freezing: the compiled step keeps the weights it first saw (inference only; one
         compiled step per model, cached on it; first calls of each shape take tens of seconds).
@@ -130,7 +132,7 @@ _FIELD_TYPES = {"mode": str, "block_size": int, "threshold": float, "max_steps_p
 _KIND_WORDS = {int: "an integer", float: "a number", bool: "yes/no", str: "text"}
 assert set(_FIELD_TYPES) <= {f.name for f in fields(DecodeConfig)}
 DTYPE_NAMES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
-               "fp16": torch.float16, "float16": torch.float16}
+               "fp16": torch.float16, "float16": torch.float16, "int8": INT8}
 
 
 def _field_error(name: str, value) -> str | None:

@@ -35,6 +35,7 @@ from wamdiff.decoding.block import decode_block
 from wamdiff.decoding.config import DecodeConfig
 from wamdiff.decoding.runner import PROMPT_BUCKET, StepRunner, collate_prompts, text_config
 from wamdiff.jsonfile import write_json
+from wamdiff.models.precision import precision_name
 
 COST_VERSION = 1  # part of the cache key: a change in what is measured invalidates old files
 ROWS = (1, 2, 4, 8, 16, 32, 64)  # query rows measured: AR 1, delayed-cache tails, blocks, fused commits of B32
@@ -87,7 +88,7 @@ def machine_key(model, config: DecodeConfig) -> dict:
     dev = p.device
     return {"version": COST_VERSION, "host": platform.node(), "cpu": _cpu_name(),
             "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
-            "threads": torch.get_num_threads(), "torch": torch.__version__, "dtype": str(p.dtype).replace("torch.", ""),
+            "threads": torch.get_num_threads(), "torch": torch.__version__, "dtype": precision_name(model),
             "compile": bool(config.compile), "static_shapes": config.static_shapes(dev), "attention": config.attention,
             "prefill_cache": bool(config.prefill_cache), "shared_prefix": bool(config.shared_prefix),
             "arch": arch_signature(model)}

@@ -10,12 +10,13 @@ from dataclasses import replace
 
 import torch
 
-from wamdiff.decoding.bench.grid import DTYPES, BenchGrid
+from wamdiff.decoding.bench.grid import DTYPES, BenchGrid, cast_copy
 from wamdiff.decoding.bench.levers import decode_levers, paired_walls, step_levers
 from wamdiff.decoding.bench.roofline import forward_flops, matmul_gflops, roofline, weight_bytes
 from wamdiff.decoding.cost_model import StepCosts, step_costs_for
 from wamdiff.decoding.dial import DialCurve, ar_forwards, batch_forwards
 from wamdiff.decoding.engine import generate
+from wamdiff.models.precision import INT8
 from wamdiff.models.tokens import PAD, token_id
 
 
@@ -29,7 +30,9 @@ def roofline_section(model, tokenizer, prompts, grid: BenchGrid, *, fmt=None, tu
     keys = round(statistics.fmean(p.input_ids.numel() for p in prompts)) + grid.max_new_tokens
     peak = None
     for dname in grid.dtypes:
-        m = copy.deepcopy(model).to(grid.device, DTYPES[dname]).eval()
+        if DTYPES[dname] == INT8:  # FLOPs and the matmul rate are counted for float weights only
+            continue
+        m = cast_copy(model, dname, grid.device)
         cfg = grid.config(tokenizer, fmt)
         costs = tuned.get((dname, False, torch.get_num_threads())) or step_costs_for(m, prompts[0], cfg, pad_id=token_id(tokenizer, PAD),
                                                             block_sizes=grid.block_sizes, progress=progress,

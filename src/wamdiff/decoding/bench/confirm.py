@@ -10,12 +10,11 @@ grid; the figure of the selected pair no longer carries the selection's luck.
 
 from __future__ import annotations
 
-import copy
 import statistics
 
 import torch
 
-from wamdiff.decoding.bench.grid import DTYPES, BenchGrid
+from wamdiff.decoding.bench.grid import BenchGrid, cast_copy
 from wamdiff.decoding.bench.headline import diffusion_label, setting_label
 from wamdiff.decoding.bench.levers import paired_walls
 from wamdiff.decoding.bench.prompts import chunks, cycled
@@ -45,7 +44,7 @@ def confirm_headline(result: dict, model, tokenizer, prompts, grid: BenchGrid, *
     def cast(m, dtype: str):
         key = (id(m), dtype)
         if key not in copies:
-            copies[key] = copy.deepcopy(m).float().to(grid.device, DTYPES[dtype]).eval()
+            copies[key] = cast_copy(m, dtype, grid.device)
         return copies[key]
 
     for b in result.get("best", []):

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from wamdiff.decoding.bench.headline import best_vs_best
+from wamdiff.decoding.bench.headline import best_vs_best, mark_reference_quality
 from wamdiff.decoding.bench.journal import Journal, fingerprint
 from wamdiff.decoding.bench.prompts import chunks, cycled
 from wamdiff.decoding.bench.quality import quality
@@ -31,9 +31,15 @@ from wamdiff.decoding.speed import times_ar
 from wamdiff.decoding.config import ATTENTIONS, DTYPE_NAMES, DecodeConfig
 from wamdiff.decoding.grammar import Grammar
 from wamdiff.driving.trajectory import FIXED_WIDTH_FORMATS, ORDINAL_FORMATS
+from wamdiff.models.precision import cast_model
 from wamdiff.decoding.lean import LEAN_MODES
 
-DTYPES = {name: DTYPE_NAMES[name] for name in ("fp32", "bf16")}  # the grid's dtypes
+DTYPES = {name: DTYPE_NAMES[name] for name in ("fp32", "bf16", "int8")}  # the grid's dtypes (int8: CPU only)
+
+
+def cast_copy(model, dtype: str, device):
+    """A copy of `model` on `device` in the grid dtype `dtype`, in eval mode; the model itself is not touched."""
+    return cast_model(copy.deepcopy(model).float().to(device), DTYPES[dtype]).eval()
 # A block size keyword: one block that holds exactly the answer of a fixed-width format (its tokens + end of turn).
 # A short answer (delta: 17 tokens) in a B32 block pays for 15 PAD rows in every forward, and in a B16 block for
 # a second block that holds only the end of turn.
@@ -91,6 +97,8 @@ class BenchGrid:
             raise ValueError(f"BenchGrid.lean: unknown {self.lean!r} (use one of {LEAN_MODES})")
         if self.ordinal_window < 0:
             raise ValueError(f"BenchGrid.ordinal_window: must be >= 0, got {self.ordinal_window}")
+        if "int8" in self.dtypes and torch.device(self.device).type != "cpu":
+            raise ValueError(f"BenchGrid.dtypes: int8 runs on the CPU only, not on {self.device!r}")
         if torch.device(self.device).type == "cuda" and not torch.cuda.is_available():
             raise ValueError(f"BenchGrid.device {self.device!r}: no CUDA device is visible on this machine")
 
@@ -162,8 +170,8 @@ def run_bench(model, tokenizer, prompts, grid: BenchGrid, *, expert=None, fmt=No
                 rows += [log.rows[k] for ks in keys.values() for k in ks]
                 continue
             # fresh copies per setting: a compiled step freezes the weights of the model it first saw
-            m = copy.deepcopy(base).to(grid.device, DTYPES[dname]).eval()
-            ar_m = copy.deepcopy(ar_base).to(grid.device, DTYPES[dname]).eval() if ar_base is not None else m
+            m = cast_copy(base, dname, grid.device)
+            ar_m = cast_copy(ar_base, dname, grid.device) if ar_base is not None else m
             if grid.step_cost:
                 cost = log.costs.get((comp, dname, threads)) if log else None
                 if cost is None:
@@ -202,6 +210,7 @@ def run_bench(model, tokenizer, prompts, grid: BenchGrid, *, expert=None, fmt=No
                         log.add("row", row)
                     if progress:
                         progress(row)
+    mark_reference_quality(rows)
     device = torch.cuda.get_device_name(grid.device) if grid.device.startswith("cuda") else "cpu"
     return {"threads": sorted({r["threads"] for r in rows}), "torch": torch.__version__, "device": device,
             "grid": asdict(grid), "rows": rows, "step_cost": costs, "n_params": sum(p.numel() for p in model.parameters()),

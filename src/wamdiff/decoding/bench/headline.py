@@ -48,12 +48,29 @@ def fastest_ar(rows: list[dict]) -> tuple[dict, list[dict]]:
     return best[len(best) // 2], [r["ar"] for r in best]
 
 
+# Quality is judged against AR at full precision: a cast that degrades AR as well (int8) must not lower the bar.
+REFERENCE_DTYPE = "fp32"
+
+
+def mark_reference_quality(rows: list[dict]) -> None:
+    """Give every row `reference_ar_quality`: the AR answers' quality of the `REFERENCE_DTYPE` row with the same
+    batch, thread count and compile setting (AR decodes greedily: its answers are the same in every such row). In
+    place; rows without such a row keep their own AR as the reference."""
+    ref = {(r["batch"], r.get("threads"), r.get("compile", False)): r["ar_quality"]
+           for r in rows if r["dtype"] == REFERENCE_DTYPE}
+    for r in rows:
+        r["reference_ar_quality"] = ref.get((r["batch"], r.get("threads"), r.get("compile", False)), r["ar_quality"])
+
+
 def at_ar_quality(row: dict, tolerance: float = QUALITY_TOLERANCE) -> bool:
     """A grid row meets the quality bound: judged on the speed dial's curve when the run tuned one (more prompts,
-    the same decoding; `tune.attach_measurements` sets `at_ar_quality`), else on the row's own prompts."""
+    the same decoding, the weights at `REFERENCE_DTYPE`; `tune.attach_measurements` sets `at_ar_quality`), else on
+    the row's own prompts. A row at another dtype must also meet it on its own prompts: the curve did not see its
+    weights. The reference is AR at `REFERENCE_DTYPE` (`mark_reference_quality`)."""
+    own = meets_quality(row["quality"], row.get("reference_ar_quality") or row["ar_quality"], tolerance)
     if row.get("at_ar_quality") is not None:
-        return bool(row["at_ar_quality"])
-    return meets_quality(row["quality"], row["ar_quality"], tolerance)
+        return bool(row["at_ar_quality"]) and (row["dtype"] == REFERENCE_DTYPE or own)
+    return own
 
 
 def _versus(ar: dict, d: dict, ar_timings: list[dict]) -> dict:

@@ -18,7 +18,7 @@ import statistics
 from dataclasses import asdict
 from pathlib import Path
 
-from wamdiff.decoding.bench.grid import DTYPES, BenchGrid
+from wamdiff.decoding.bench.grid import BenchGrid, cast_copy
 from wamdiff.decoding.bench.headline import at_ar_quality, best_vs_best, setting_label
 from wamdiff.decoding.bench.quality import quality
 from wamdiff.decoding.bench.timing import torch_threads
@@ -77,7 +77,7 @@ def tune(model, tokenizer, prompts, expert, grid: BenchGrid, *, fmt=None, ar_mod
     picks, costs, predictions = [], [], []
     for n_threads, comp, dname in itertools.product(grid.threads, grid.compile, grid.dtypes):
         with torch_threads(n_threads) as threads:
-            m = copy.deepcopy(base).to(grid.device, DTYPES[dname]).eval()
+            m = cast_copy(base, dname, grid.device)
             cfg = grid.config(tokenizer, fmt, compile=comp)
             static = cfg.static_shapes(grid.device)
             c = step_costs_for(m, prompts[0], cfg, pad_id=pad, block_sizes=grid.block_sizes,
