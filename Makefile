@@ -41,11 +41,12 @@ demo: $(STAMP)
 # curve, which decides "at AR quality"), at 1 and 2 threads (BENCH_THREADS: a grid dimension like the dtype, AR and
 # diffusion alike; the headline takes each side's fastest): the speed dial (--tune: the student's TPF/quality curve and this machine's step-cost model, the
 # dial's pick per batch size), the timed grid at batch 1/8/32 (B32 and `fit` = one block holding the whole
-# 17-token answer, tau 0.5/0.9, step caps 32/4/2/1, exact cache, the ordinal read-out, fp32; add bf16 with
-# BENCH_ARGS="... --dtypes fp32,bf16" on a CPU with AMX), the headline pair re-timed paired, then the headline
+# 17-token answer, tau 0.5/0.9, step caps 32/4/2/1, exact cache, the ordinal read-out, fp32 and int8 weights (AR and
+# diffusion alike; an int8 row must keep AR's fp32 quality on its own answers); add bf16 with
+# BENCH_ARGS="... --dtypes fp32,int8,bf16" on a CPU with AMX), the headline pair re-timed paired, then the headline
 # table, step-cost ratios, roofline and the cheaper-step levers. Writes runs/bench/bench.{md,json,png}, dial_curve.json.
 BENCH_THREADS ?= 1,2
-BENCH_ARGS ?= --blocks 32,fit --taus 0.5,0.9 --max-steps 32,4,2,1 --caches exact --ordinal 2 --dtypes fp32
+BENCH_ARGS ?= --blocks 32,fit --taus 0.5,0.9 --max-steps 32,4,2,1 --caches exact --ordinal 2 --dtypes fp32,int8
 bench: $(STAMP)
 	$(BIN)/wamdiff data generate --split test --n 50 --out runs/bench/data --fmt delta
 	$(BIN)/wamdiff bench --checkpoint checkpoints/distill_block --ar-checkpoint checkpoints/ar_vla \
