@@ -411,9 +411,10 @@ def test_int8_decoding_follows_the_no_cache_reference_of_the_same_int8_model(qwe
     their logits are not compared bit for bit; the tokens are.)"""
     import copy
 
-    from wamdiff.models.precision import INT8, is_int8
+    from wamdiff.models.precision import INT8, is_int8, precision_name
 
     model = copy.deepcopy(qwen3_vl)
+    assert precision_name(model) == "float32"
     n_linear = sum(isinstance(m, torch.nn.Linear) for m in model.modules())
     prompt = synthetic_prompt(TOK, 7, seed=4, image=True)
     cfg = DecodeConfig(block_size=4, threshold=0.5, max_steps_per_block=4, max_new_tokens=8, dtype="int8")
@@ -421,6 +422,7 @@ def test_int8_decoding_follows_the_no_cache_reference_of_the_same_int8_model(qwe
     (gen,) = generate(model, TOK, [prompt], cfg)
     quantized = [m for m in model.modules() if isinstance(m, torch.ao.nn.quantized.dynamic.Linear)]
     assert is_int8(model) and len(quantized) == n_linear > 0
+    assert precision_name(model) == "int8"  # the step-cost cache keys int8 apart from fp32
     assert not any(type(m) is torch.nn.Linear for m in model.modules())
     (again,) = generate(model, TOK, [prompt], cfg)  # already quantized: nothing is quantized twice
     assert again.token_ids == gen.token_ids
