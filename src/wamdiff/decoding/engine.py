@@ -9,7 +9,7 @@ from wamdiff.decoding.block import decode_block
 from wamdiff.decoding.config import AUTO, DecodeConfig, Generation
 from wamdiff.decoding.dial import resolve_auto
 from wamdiff.decoding.runner import PROMPT_BUCKET, StepRunner, collate_prompts
-from wamdiff.models.precision import INT8, cast_model, compute_dtype, quantize_linear_int8
+from wamdiff.models.precision import INT8, cast_model, compute_dtype
 from wamdiff.models.tokens import IM_END, MASK, PAD, token_id
 
 
@@ -36,10 +36,8 @@ def model_block_settings(model, tokenizer) -> tuple[int | None, int | None]:
 
 def prepare_model(model, config: DecodeConfig):
     """Cast (in place) to config.dtype and switch to eval mode."""
-    if config.dtype == INT8:
-        quantize_linear_int8(model)  # a no-op once quantized
-    elif config.dtype is not None and next(model.parameters()).dtype != config.dtype:
-        cast_model(model, config.dtype)
+    if config.dtype == INT8 or (config.dtype is not None and next(model.parameters()).dtype != config.dtype):
+        cast_model(model, config.dtype)  # int8: a no-op once quantized
     if any(m.training for m in model.modules()):  # eval() sets every module again: per call, that is ~2 % of a plan
         model.eval()
     return model

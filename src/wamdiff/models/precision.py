@@ -8,8 +8,8 @@ computes at fp32 speed. `restore_stored_weights` takes the parametrizations off 
 adapters into the weights, or saving). GPUs and bf16-capable CPUs compute in bf16 directly and need neither.
 
 `INT8` (`DecodeConfig(dtype="int8")`, a bench grid dtype): inference with every `nn.Linear` dynamically quantized
-(int8 weights per output channel, activations quantized per call; torch's fbgemm/x86 kernels). On this CPU it
-cuts the prefill, which dominates a one-forward decode, by about a third; CPU only (`quantize_linear_int8`).
+(int8 weights per output channel, activations quantized per call; torch's fbgemm/x86 kernels). It shortens the
+prefill, which dominates a one-forward decode (README, "Speed"); CPU only (`quantize_linear_int8`).
 """
 
 from __future__ import annotations

@@ -40,6 +40,8 @@ DTYPES = {name: DTYPE_NAMES[name] for name in ("fp32", "bf16", "int8")}  # the g
 def cast_copy(model, dtype: str, device):
     """A copy of `model` on `device` in the grid dtype `dtype`, in eval mode; the model itself is not touched."""
     return cast_model(copy.deepcopy(model).float().to(device), DTYPES[dtype]).eval()
+
+
 # A block size keyword: one block that holds exactly the answer of a fixed-width format (its tokens + end of turn).
 # A short answer (delta: 17 tokens) in a B32 block pays for 15 PAD rows in every forward, and in a B16 block for
 # a second block that holds only the end of turn.
