@@ -418,7 +418,7 @@ def test_int8_decoding_follows_the_no_cache_reference_of_the_same_int8_model(qwe
     n_linear = sum(isinstance(m, torch.nn.Linear) for m in model.modules())
     prompt = synthetic_prompt(TOK, 7, seed=4, image=True)
     cfg = DecodeConfig(block_size=4, threshold=0.5, max_steps_per_block=4, max_new_tokens=8, dtype="int8")
-    assert cfg.dtype == INT8
+    assert cfg.dtype == INT8 and DecodeConfig.from_options({"dtype": "int8"}).dtype == INT8  # planner spec dtype=int8
     (gen,) = generate(model, TOK, [prompt], cfg)
     quantized = [m for m in model.modules() if isinstance(m, torch.ao.nn.quantized.dynamic.Linear)]
     assert is_int8(model) and len(quantized) == n_linear > 0
