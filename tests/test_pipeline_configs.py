@@ -1,5 +1,5 @@
 """The shipped pipeline configs (default, demo, studies) hang together: every stage a row, an `init`, a `teacher`,
-the bench or the overlap names exists in the same config (a training stage before it, or a `checkpoints:` entry),
+an `average`, the bench or the overlap names exists in the same config (a training stage before it, or a `checkpoints:` entry),
 and every recipe file exists. A renamed stage used to surface only when the evaluation ran, an hour in."""
 
 from pathlib import Path
@@ -33,6 +33,8 @@ def test_every_stage_reference_names_a_stage_or_a_checkpoint(path):
                 assert stage[key] in known, f"{path.name}: stage {stage['name']} {key}={stage[key]!r} comes later or nowhere"
         if "aggregate" in stage:
             assert stage["aggregate"]["planner"].split(",")[0] in known, f"{path.name}: {stage['name']} aggregates an unknown planner"
+        for name in stage.get("average") or ():
+            assert name in known, f"{path.name}: stage {stage['name']} averages {name!r}, which comes later or nowhere"
         if "recipe" in stage:
             assert (ROOT / stage["recipe"]).is_file(), f"{path.name}: {stage['recipe']} missing"
         known.add(stage["name"])
@@ -95,7 +97,7 @@ def test_the_conversion_trains_on_one_mixture_it_can_make_from_the_ar_vla(tmp_pa
     """Every stage after the AR VLA sees the same data: the expert scenes, the route-phase scenes, the busier and
     faster traffic (`data.train_variants`, each set by its size) and the round the given AR VLA drives itself
     (round 6), never the rounds of the AR chain, which exist only when `--from-scratch` trains that chain; the
-    stages after `block32` add the round the student drives (round 7); the level-2 stage also the expert scenes that
+    stages after `block32` add the round the student drives (round 7); the level-2 stages also the expert scenes that
     start in hard braking, once more (`hard_braking`)."""
     import wamdiff.driving.dataset as dataset
     from wamdiff.pipeline import Pipeline, training_sources
@@ -117,7 +119,8 @@ def test_the_conversion_trains_on_one_mixture_it_can_make_from_the_ar_vla(tmp_pa
     for name in ["block1", "block4", "block8", "block16", "block32", "teacher_ar", "teacher_block4", "teacher_block32"]:
         assert mixture(name) == sorted([*base, ("data/agg_r6.json", 0.5)]), name
     both_rounds = [*base, ("data/agg_r6.json", 0.25), ("data/agg_r7.json", 0.25)]
-    assert mixture("distill_block") == sorted([*both_rounds, ("data/train_hard_braking.json", 0.25)])
+    for name in ["distill_block_s0", "distill_block_s1"]:  # the two seeds the main student averages
+        assert mixture(name) == sorted([*both_rounds, ("data/train_hard_braking.json", 0.25)]), name
     assert mixture("distill_model") == sorted(both_rounds)
     for name in ["ar_sft", "ar_vla"]:  # the AR VLA's own chain never sees them
         assert not any("data_train_" in path for path, _ in mixture(name)), name

@@ -22,6 +22,8 @@ def _cfg():
         {"name": "block32", "recipe": "r", "init": "ar_vla", "agg": 0.5, "agg_rounds": [6]},
         {"name": "teacher", "recipe": "r"},
         {"name": "student", "recipe": "r", "init": "block32", "teacher": "teacher"},
+        {"name": "student_s1", "recipe": "r", "init": "block32", "teacher": "teacher"},
+        {"name": "soup", "average": ["student", "student_s1"]},
         {"name": "unused_arm", "recipe": "r", "init": "ar_sft", "agg": 0.5},  # bare agg: every round before it
     ], "evaluate": {"planners": {"AR": "stage:ar_vla", "B32": "stage:block32,steps=2"}}}
 
@@ -33,6 +35,7 @@ def test_needs_follow_init_teacher_planner_and_rounds():
     assert need["agg_r6"] == ["ar_vla"]
     assert need["block32"] == ["ar_vla", "agg_r6"]
     assert need["student"] == ["block32", "teacher"]
+    assert need["soup"] == ["student", "student_s1"]
     assert need["unused_arm"] == ["ar_sft", "agg_r0", "agg_r6"]
 
 
@@ -42,9 +45,9 @@ def test_a_given_checkpoint_cuts_what_only_leads_to_it():
     every = [s["name"] for s in cfg["train"]]
     assert names(set()) == every  # nothing given: every stage (the arm is a last stage)
     del cfg["train"][-1]
-    assert names({"ar_vla"}) == ["agg_r6", "block32", "teacher", "student"]  # the AR chain is not run
+    assert names({"ar_vla"}) == ["agg_r6", "block32", "teacher", "student", "student_s1", "soup"]  # no AR chain
     cfg["evaluate"]["planners"]["SFT"] = "stage:ar_sft"  # a report row needs it: it runs, its chain does not
-    assert names({"ar_vla"}) == ["ar_sft", "agg_r6", "block32", "teacher", "student"]
+    assert names({"ar_vla"}) == ["ar_sft", "agg_r6", "block32", "teacher", "student", "student_s1", "soup"]
 
 
 def test_the_default_converts_the_given_ar_vla_and_from_scratch_trains_it():

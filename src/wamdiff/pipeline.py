@@ -51,6 +51,9 @@ class Pipeline:
             trained = {s["name"] for s in cfg.get("train") or []}
             cfg["checkpoints"] = {k: v for k, v in cfg["checkpoints"].items() if k not in trained}
         p = cls(path, cfg, Path(cfg["out"]))
+        for spec in cfg.get("train") or []:
+            if "average" in spec:
+                check_average_stage(path, spec)
         for name, ckpt in (cfg.get("checkpoints") or {}).items():  # demo: shipped checkpoints
             p.checkpoints[name] = Path(ckpt)
         if cfg.get("evaluate", {}).get("planners"):
@@ -95,8 +98,10 @@ class Pipeline:
         return self.out / f"data_variant_{name}"
 
     def stage_format(self, stage: str) -> str:
-        train = {s["name"]: s for s in self.cfg.get("train") or []}
-        return (train.get(stage) or {}).get("fmt") or self.cfg["data"].get("fmt", "text2")
+        spec = {s["name"]: s for s in self.cfg.get("train") or []}.get(stage) or {}
+        if spec.get("average"):  # an average of checkpoints answers as they do
+            return self.stage_format(spec["average"][0])
+        return spec.get("fmt") or self.cfg["data"].get("fmt", "text2")
 
     def stage_file(self, name: str) -> Path:
         return self.out / "stages" / f"{name}.json"
@@ -132,6 +137,9 @@ class Pipeline:
         shipped checkpoint's saved diffusion settings."""
         from wamdiff.training.config import RecipeKind, read_recipe_yaml  # noqa: PLC0415
 
+        average = {s["name"]: s["average"] for s in self.cfg.get("train") or [] if s.get("average")}
+        if stage in average:
+            return self.is_diffusion_stage(average[stage][0])
         train = {s["name"]: s for s in self.cfg.get("train") or [] if "recipe" in s}
         if stage in train:
             kind = (train[stage].get("set") or {}).get("kind") or read_recipe_yaml(train[stage]["recipe"]).get("kind")
@@ -372,6 +380,29 @@ def stage_train(p: Pipeline, spec: dict) -> dict:
     return {"checkpoint": str(result.final_model), **{k: result.metrics.get(k) for k in keep}}
 
 
+def stage_average(p: Pipeline, spec: dict) -> dict:
+    """The uniform average of the weights of the stages `average` names (`models.average`): their mean as a model,
+    saved where a training stage saves its final model."""
+    from wamdiff.models import save_model
+    from wamdiff.models.average import average_weights
+
+    check_average_stage(p.config_path, spec)
+    model, tokenizer = average_weights([p.checkpoint(n) for n in spec["average"]])
+    final = save_model(model, tokenizer, _claim_stage_dir(p, spec) / "final")
+    return {"checkpoint": str(final), "averaged": spec["average"]}
+
+
+def check_average_stage(config_path: Path, spec: dict) -> None:
+    """An `average` stage lists two or more stage names and nothing else (checked when the config loads)."""
+    names = spec["average"]
+    if not isinstance(names, list) or len(names) < 2 or not all(isinstance(n, str) for n in names):
+        raise ValueError(f"{config_path}: stage {spec['name']!r}: `average` must list two or more stage names, "
+                         f"got {names!r}")
+    if set(spec) - {"name", "average"}:
+        raise ValueError(f"{config_path}: stage {spec['name']!r}: an `average` stage takes no other field "
+                         f"(got {sorted(set(spec) - {'name', 'average'})})")
+
+
 STAGE_KEY_FILE = "stage_key.json"  # in a training stage's output dir: the settings and inputs it was trained with
 
 
@@ -429,7 +460,7 @@ def run_pipeline(config: str | Path, train_only: bool = False, stages: list[str]
                   lambda name: stage_command(p.config_path, name, from_scratch), p.out / "logs")
     else:
         for spec in plan:
-            fn = stage_aggregate if "aggregate" in spec else stage_train
+            fn = stage_aggregate if "aggregate" in spec else stage_average if "average" in spec else stage_train
             run_stage(p, spec["name"], lambda spec=spec, fn=fn: fn(p, spec), settings=spec)
     if train_only or stages is not None:
         return {}

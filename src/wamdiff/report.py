@@ -62,30 +62,33 @@ def _speed_reference(p, specs: dict) -> str | None:
 def scene_values(p, specs: dict, kind: str, field: str) -> dict[str, dict[str, float]]:
     """Per planner: {scene id: `field`} of the test split from the evaluation's per-scene CSVs (`<kind>_<row>.csv`:
     `pdms`, `openloop`), for paired comparisons. Invalid scenes, and empty cells (a failed plan has no L2), are left out."""
+    from wamdiff.eval.paired import read_values
     from wamdiff.eval.report import planner_files
 
     files = planner_files(list(specs))  # the evaluation names its files by row name
-    out = {}
-    for name in specs:
-        path = p.out / "eval" / f"{kind}_{files[name]}.csv"
-        if path.exists():
-            with open(path) as fh:
-                out[name] = {r["scene_id"]: float(r[field]) for r in csv.DictReader(fh)
-                             if r["valid"] == "True" and r.get(field) not in (None, "")}
-    return out
+    paths = {name: p.out / "eval" / f"{kind}_{files[name]}.csv" for name in specs}
+    return {name: read_values(path, field) for name, path in paths.items() if path.exists()}
 
 
 def steps_after(p, stage: str) -> int | None:
     """Training steps from the given AR VLA (or from scratch) to `stage`'s checkpoint: its own steps plus its init
-    chain's, as the stage records say; 0 for a given checkpoint; None where a record is missing."""
+    chain's, as the stage records say (an average: every input's chain, a shared stage once); 0 for a given
+    checkpoint; None where a record is missing."""
     train = {s["name"]: s for s in p.cfg.get("train") or []}
-    total = 0
-    while stage in train and stage not in p.checkpoints:
+    total, seen, todo = 0, set(), [stage]
+    while todo:
+        stage = todo.pop()
+        if stage not in train or stage in p.checkpoints or stage in seen:
+            continue
+        seen.add(stage)
+        if train[stage].get("average"):
+            todo += train[stage]["average"]
+            continue
         f = p.stage_file(stage)
         if not f.exists() or "recipe" not in train[stage]:
             return None
         total += int(json.loads(f.read_text()).get("steps") or 0)
-        stage = train[stage].get("init")
+        todo += [train[stage]["init"]] if "init" in train[stage] else []
     return total
 
 

@@ -1,9 +1,9 @@
 """Which training stages a pipeline runs, and how: the stage graph and the lanes that run it side by side.
 
-A stage needs the stages it starts from (`init`), learns from (`teacher`), drives (`aggregate.planner`) and the
-aggregation stages whose rounds it mixes in (`agg_rounds`; a bare `agg` every aggregation stage before it). The
-pipeline runs what its evaluation rows, its overlap and bench stages and its last stages (those nothing else
-needs) need, in config order. A stage given as a checkpoint (`checkpoints:`) is taken as it is, so what only
+A stage needs the stages it starts from (`init`), learns from (`teacher`), drives (`aggregate.planner`), averages
+(`average`) and the aggregation stages whose rounds it mixes in (`agg_rounds`; a bare `agg` every aggregation stage
+before it). The pipeline runs what its evaluation rows, its overlap and bench stages and its last stages (those
+nothing else needs) need, in config order. A stage given as a checkpoint (`checkpoints:`) is taken as it is, so what only
 leads to it does not run: the default config converts the shipped mature AR VLA; `--from-scratch` drops the
 given checkpoints of trained stages and runs the AR chain too.
 
@@ -26,7 +26,7 @@ console = Console()
 
 def stage_needs(stage: dict, stages: list[dict]) -> list[str]:
     """The names of the stages `stage` needs before it can run (every name, trained here or given)."""
-    need = [stage[k] for k in ("init", "teacher") if k in stage]
+    need = [stage[k] for k in ("init", "teacher") if k in stage] + list(stage.get("average") or ())
     if "aggregate" in stage:  # a stage name, optionally with decode options ("block32,steps=2")
         need.append(stage["aggregate"]["planner"].split(",")[0])
     if stage.get("agg"):

@@ -183,6 +183,39 @@ def closedloop(
 
 
 @app.command()
+def paired(
+    folders: list[Path] = typer.Argument(..., help="Result folders of `eval pdms` / `eval closedloop`, one per split."),
+    ref: list[str] = typer.Option(..., help="The reference planner: its file name in the folders, or a unique part "
+                                           "of it; repeated: their per-scene mean is the reference."),
+    out: str = typer.Option("runs/eval/paired", help="Results directory (paired.csv, paired.json, paired.png)."),
+) -> None:
+    """Every planner against the reference, scene by scene (route by route): mean, paired difference and its 95 %
+    interval per folder and pooled over all of them."""
+    from wamdiff.jsonfile import write_json
+
+    from .paired import paired_rows, plot_paired
+    from .report import write_csv
+
+    rows = paired_rows(list(folders), list(ref))  # a missing folder or reference: ValueError, the one-line error
+    claim_for_command(out)
+    t = Table(title=f"paired against {rows[0]['planner']}", show_edge=False, pad_edge=False)
+    for col in ("split", "metric", "planner", "n", "mean", "Δ (95 %)"):
+        t.add_column(col, justify="right" if col in ("n", "mean") else "left", overflow="fold")
+    names = {r["planner"] for r in rows}
+    short = {n: n.removeprefix("model_").split("_mode-")[0] for n in names}  # the checkpoint, where that is unique
+    if len(set(short.values())) < len(names):
+        short = {n: n for n in names}
+    for r in rows:
+        delta = f"{r['delta']:+.3f} ({r['low']:+.3f}…{r['high']:+.3f})" if "delta" in r else "–"
+        t.add_row(r["split"], r["metric"], short[r["planner"]], str(r["n"]), f"{r['mean']:.3f}", delta)
+    console.print(t)
+    write_csv(rows, Path(out) / "paired.csv")
+    write_json(Path(out) / "paired.json", rows)
+    plot_paired(rows, Path(out) / "paired.png")
+    console.print(f"results in {out}/")
+
+
+@app.command()
 def bench(
     data: str = typer.Option(None, help="Scene directory (default: synthetic scenes)."),
     n: int = typer.Option(400, min=1, help="Plans to score."),

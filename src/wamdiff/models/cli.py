@@ -70,6 +70,20 @@ def convert(
 
 
 @app.command()
+def average(
+    sources: list[Path] = typer.Argument(..., help="Two or more checkpoint directories: fine-tunes of one model."),
+    out: Path = typer.Option(..., help="Output directory."),
+) -> None:
+    """The uniform average of the checkpoints' weights (a model soup), saved as a checkpoint of its own."""
+    from wamdiff.models import model_info, save_model
+    from wamdiff.models.average import average_weights
+
+    model, tokenizer = average_weights(sources)
+    save_model(model, tokenizer, out)  # + the first checkpoint's image processor
+    _show(model_info(out), f"average of {len(sources)} checkpoints -> {out}")
+
+
+@app.command()
 def info(path: Path = typer.Argument(..., help="Checkpoint directory.")) -> None:
     """Parameters, sizes and diffusion settings of a checkpoint."""
     from wamdiff.models import model_info
