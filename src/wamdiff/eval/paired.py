@@ -73,15 +73,17 @@ def paired_rows(folders: list[Path], refs: list[str]) -> list[dict]:
     rows = []
     for m in METRICS:
         pooled: dict[str, dict[str, float]] = {}
+        folders_with = 0  # pooled only over two or more folders that have this metric
         for folder in folders:
             values = {n: read_values(p, m.field) for n, p in planners_in(folder, m.kind).items()}
+            folders_with += bool(values)
             if len(chosen) > 1 and all(n in values for n in chosen):
                 values[reference] = {k: sum(values[n][k] for n in chosen) / len(chosen) for k in values[chosen[0]]
                                      if all(k in values[n] for n in chosen)}
             for n, v in values.items():
                 pooled.setdefault(n, {}).update({f"{folder.name}/{k}": x for k, x in v.items()})
             rows += _metric_rows(folder.name, m, values, reference)
-        if len(folders) > 1:
+        if folders_with > 1:
             rows += _metric_rows(POOLED, m, pooled, reference)
     return rows
 
@@ -109,19 +111,26 @@ def plot_paired(rows: list[dict], path: Path) -> Path | None:
     if not labels:
         return None
     plt = _plt()
+    planners = list(dict.fromkeys(r["planner"] for r in rows if "delta" in r))  # one colour per planner everywhere
     fig, axes = plt.subplots(1, len(labels), figsize=(5 * len(labels), 4), squeeze=False)
     for ax, label in zip(axes[0], labels):
         mine = [r for r in rows if r["metric"] == label and "delta" in r]
         splits = list(dict.fromkeys(r["split"] for r in mine))
-        planners = list(dict.fromkeys(r["planner"] for r in mine))
         for j, name in enumerate(planners):
             pts = [(splits.index(r["split"]) + 0.8 * (j + 0.5) / len(planners) - 0.4, r) for r in mine if r["planner"] == name]
+            if not pts:
+                continue
             ax.errorbar([x for x, _ in pts], [r["delta"] for _, r in pts], capsize=3, fmt="o", label=name[:40],
+                        color=f"C{j % 10}",
                         yerr=[[r["delta"] - r["low"] for _, r in pts], [r["high"] - r["delta"] for _, r in pts]])
         ax.axhline(0, color="grey", lw=0.8)
         ax.set_xticks(range(len(splits)), splits, rotation=30, ha="right")
         ax.set_title(f"{label}: planner − reference (95 %)")
-    axes[0][0].legend(fontsize=7)
+    legend = {}  # every planner once, whichever panel drew it
+    for ax in axes[0]:
+        for handle, name in zip(*ax.get_legend_handles_labels()):
+            legend.setdefault(name, handle)
+    axes[0][0].legend(list(legend.values()), list(legend), fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
