@@ -1,8 +1,9 @@
 """Planners compared scene by scene (route by route) against one reference, across evaluation folders.
 
-`eval pdms` / `eval closedloop` write one CSV per planner with a row per scene / route. `paired_rows(folders, ref)`
+`eval pdms` / `eval closedloop` write one CSV per planner with a row per scene / route. `paired_rows(folders, refs)`
 reads those of every folder (a folder per split: the test split, each world variant), pairs every planner with the
-reference planner on the scenes both scored, and gives per folder and pooled over all of them: the mean, the paired
+reference planner (or the per-scene mean of several) on the scenes both scored, and gives per folder and pooled
+over all of them: the mean, the paired
 difference to the reference with its 95 % interval (`intervals.paired_ci95`) and the count. Pooling pairs scene by
 scene over the union, so a split with more scenes weighs more. Why: the report's per-row intervals overlap for
 rows a point apart; the paired interval separates them (and says when even 1000 scenes do not).
