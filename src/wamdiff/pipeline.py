@@ -382,11 +382,10 @@ def stage_train(p: Pipeline, spec: dict) -> dict:
 
 def stage_average(p: Pipeline, spec: dict) -> dict:
     """The uniform average of the weights of the stages `average` names (`models.average`): their mean as a model,
-    saved where a training stage saves its final model."""
+    saved where a training stage saves its final model (the spec is checked when the config loads)."""
     from wamdiff.models import save_model
     from wamdiff.models.average import average_weights
 
-    check_average_stage(p.config_path, spec)
     model, tokenizer = average_weights([p.checkpoint(n) for n in spec["average"]])
     final = save_model(model, tokenizer, _claim_stage_dir(p, spec) / "final")
     return {"checkpoint": str(final), "averaged": spec["average"]}
