@@ -152,12 +152,24 @@ class Pipeline:
         return recorded_decoding_mode(self.checkpoint(stage)) == "block"
 
 
+class _Replace(dict):
+    """A mapping tagged `!replace` in a pipeline YAML: it replaces the base's mapping instead of merging into it."""
+
+
+class _ConfigLoader(yaml.SafeLoader):
+    pass
+
+
+_ConfigLoader.add_constructor("!replace", lambda loader, node: _Replace(loader.construct_mapping(node, deep=True)))
+
+
 def _read_config(path: Path) -> dict:
     """A pipeline YAML; with `base: other.yaml` (relative to it) the base's settings with this file's on top:
-    mappings merge key by key, and a key `X_extra` appends its items to the base's list or mapping `X`
-    (a study adds training stages and report rows to the default pipeline without copying it)."""
+    mappings merge key by key (a mapping tagged `!replace` replaces the base's whole), and a key `X_extra` appends
+    its items to the base's list or mapping `X` (a study adds training stages and report rows to the default
+    pipeline without copying it; a chain of its own, such as configs/small.yaml, replaces the report's rows)."""
     try:
-        cfg = yaml.safe_load(path.read_text()) or {}
+        cfg = yaml.load(path.read_text(), Loader=_ConfigLoader) or {}
     except yaml.YAMLError as err:
         raise ValueError(f"{path}: not valid YAML ({err})") from err
     base = cfg.pop("base", None)
@@ -178,7 +190,7 @@ def _merge(base: dict, over: dict, where: str) -> dict:
                 out[target] = {**have, **value}
             else:
                 raise ValueError(f"{where}: {key} extends {target!r}, which the base does not have as a list or mapping")
-        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+        elif isinstance(value, dict) and isinstance(out.get(key), dict) and not isinstance(value, _Replace):
             out[key] = _merge(out[key], value, where)
         else:
             out[key] = value

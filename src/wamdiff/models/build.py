@@ -46,6 +46,10 @@ class Preset:
 PRESETS: dict[str, Preset] = {
     "tiny": Preset(2, 64, 4, 2, 16, 128, 1, 32, 2, max_positions=512),
     "student": Preset(4, 256, 4, 2, 64, 512, 2, 128, 2),
+    # A quarter of the student's compute per plan (`wamdiff model info`): half the width and depth of the text
+    # decoder, half the width and depth of the vision tower, the same image geometry (16 image tokens), so a
+    # student-preset teacher and this model see the same pixels and tokens (model-level distillation).
+    "small": Preset(2, 128, 2, 1, 64, 384, 1, 64, 1),
     "teacher": Preset(8, 384, 6, 2, 64, 1024, 2, 128, 2),
 }
 

@@ -84,8 +84,20 @@ def average(
 
 
 @app.command()
-def info(path: Path = typer.Argument(..., help="Checkpoint directory.")) -> None:
-    """Parameters, sizes and diffusion settings of a checkpoint."""
-    from wamdiff.models import model_info
+def info(
+    path: Path = typer.Argument(..., help="Checkpoint directory."),
+    flops: bool = typer.Option(True, help="Also count the FLOPs of one plan (prompt forward, AR and block steps)."),
+    block_size: int = typer.Option(17, help="Queries per block step in the FLOP count (17: one block holds the "
+                                             "delta answer)."),
+    steps: int = typer.Option(4, help="Block steps per plan in the FLOP count."),
+) -> None:
+    """Parameters, sizes and diffusion settings of a checkpoint; with --flops the FLOPs of one plan."""
+    from wamdiff.models import load_model, model_info
+    from wamdiff.models.flops import plan_flops
 
-    _show(model_info(path), str(path))
+    info = model_info(path)
+    if flops:
+        model, tokenizer = load_model(path)
+        info.update({f"flops_{k}" if k != "prompt_tokens" else k: v
+                     for k, v in plan_flops(model, tokenizer, block_size=block_size, steps=steps).items()})
+    _show(info, str(path))
