@@ -7,7 +7,7 @@ export OMP_NUM_THREADS ?= 2
 export SDL_VIDEODRIVER := offscreen
 export PYGAME_HIDE_SUPPORT_PROMPT := 1
 
-.PHONY: install test test-slow test-byoc test-gpu demo bench serve-bench ray-bench pipeline pipeline-ar clean
+.PHONY: install test test-slow test-byoc test-gpu demo bench serve-bench ray-bench pipeline pipeline-small pipeline-ar clean
 
 install: $(STAMP)
 
@@ -73,6 +73,12 @@ ray-bench: $(STAMP)
 # The conversion: the shipped mature AR VLA (checkpoints/ar_vla) -> every diffusion checkpoint, evaluation, report.
 pipeline: $(STAMP)
 	$(BIN)/wamdiff pipeline --config configs/default.yaml
+
+# The small, fast student: a quarter-size AR VLA, its conversion and model-level distillation from the shipped
+# full-size diffusion student (three level-3 arms), evaluated against both full-size models. Shares runs/default
+# (data, round 6) with `make pipeline`.
+pipeline-small: $(STAMP)
+	$(BIN)/wamdiff pipeline --config configs/small.yaml
 
 # The same, and before it the mature AR VLA itself from nothing (SFT, route phases, DAgger rounds 0-5: ~3.6 h more).
 pipeline-ar: $(STAMP)

@@ -19,7 +19,7 @@ def _write_rounds(data_dir: Path, sizes: dict[int, int]) -> None:
     for r, n in sizes.items():
         write_samples([ConversationSample(id=f"r{r}_{i}", image_paths=[], human="h", answer="a") for i in range(n)],
                       round_files(data_dir, r)[0])
-CONFIGS = sorted([ROOT / "configs" / "default.yaml", ROOT / "configs" / "demo.yaml",
+CONFIGS = sorted([ROOT / "configs" / "default.yaml", ROOT / "configs" / "demo.yaml", ROOT / "configs" / "small.yaml",
                   *(ROOT / "configs" / "studies").glob("*.yaml")])
 
 
@@ -49,6 +49,26 @@ def test_every_stage_reference_names_a_stage_or_a_checkpoint(path):
     for key in ("ar", "diffusion"):
         if key in (cfg.get("bench") or {}):
             assert cfg["bench"][key] in known, f"{path.name}: bench.{key}={cfg['bench'][key]!r}"
+
+
+def test_a_replace_tagged_mapping_replaces_the_base_instead_of_merging(tmp_path):
+    (tmp_path / "base.yaml").write_text("out: o\nevaluate: {planners: {a: expert, b: cv}, workers: 2}\n")
+    (tmp_path / "merge.yaml").write_text("base: base.yaml\nevaluate: {planners: {c: reference}}\n")
+    (tmp_path / "replace.yaml").write_text("base: base.yaml\nevaluate:\n  planners: !replace {c: reference}\n")
+    assert _read_config(tmp_path / "merge.yaml")["evaluate"] == {"planners": {"a": "expert", "b": "cv", "c": "reference"},
+                                                                 "workers": 2}
+    assert _read_config(tmp_path / "replace.yaml")["evaluate"] == {"planners": {"c": "reference"}, "workers": 2}
+
+
+def test_the_small_chain_trains_only_its_own_stages_from_the_shipped_models():
+    from wamdiff.pipeline import Pipeline
+    from wamdiff.schedule import stages_to_run
+
+    p = Pipeline.load(ROOT / "configs" / "small.yaml")
+    run = [s["name"] for s in stages_to_run(p.cfg, given=set(p.checkpoints))]
+    assert run[0] == "agg_r6_ar" and all(n.startswith("small_") for n in run[1:])
+    assert {"small_l3_none", "small_l3_ar", "small_student"} <= set(run)
+    assert set(p.checkpoints) == {"ar_vla", "distill_block"}
 
 
 def test_route_phase_scenes_join_only_the_stages_that_ask_for_them(tmp_path):
