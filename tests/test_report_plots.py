@@ -82,17 +82,3 @@ def test_family_table_lists_every_family_of_every_planner():
     assert lines[4] == "| AR | 95.0 / 1.00 / 0.90 | 90.0 / 1.00 / 0.90 |"
     assert lines[5] == "| B32 | – | 80.0 / 1.00 / 0.90 |"
 
-
-def test_front_plot_places_every_timed_model_row(tmp_path):
-    from PIL import Image
-
-    from wamdiff.report import plot_front
-
-    rows = [{"planner": "AR VLA", "pdms": 93.3, "pdms_ci": 1.4, "l2_4s": 1.68, "plans_s_b1": 25.0, "plans_s_b8": 90.0, "tpf_b1": 1.0},
-            {"planner": "small student", "pdms": 93.0, "pdms_ci": 1.5, "l2_4s": 1.70, "plans_s_b1": 160.0, "plans_s_b8": 400.0,
-             "tpf_b1": 8.5},
-            {"planner": "expert", "pdms": 94.1, "pdms_ci": 1.0, "l2_4s": 0.0}]  # no timing: not on the front
-    path = plot_front(rows, tmp_path / "front.png")
-    assert path is not None and Image.open(path).size == (1320, 880)
-    assert plot_front(rows[1:], tmp_path / "one.png") is None  # one timed row is no front
-    assert not (tmp_path / "one.png").exists()

@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from wamdiff.decoding.speed import times_ar
+from wamdiff.eval.front import plot_front
 from wamdiff.driving.scene import HARD_BRAKING_MS2
 from wamdiff.jsonfile import write_json
 
@@ -301,43 +302,6 @@ def plot_compute(rows: list[dict], results: dict, path: Path) -> Path | None:
     return path
 
 
-def plot_front(rows: list[dict], path: Path) -> Path | None:
-    """The front a user chooses a model from: PDMS (95 % interval) and L2@4s against plans/s at batch 1 and batch 8,
-    one point per model row (AR squares, diffusion circles), from the same rows as the table."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = [r for r in rows if r.get("plans_s_b1") is not None and r.get("pdms") is not None]
-    if len(rows) < 2:
-        return None
-    fig, axes = plt.subplots(2, 2, figsize=(12, 8))
-    for col, batch in enumerate((1, 8)):
-        for r in rows:
-            x = r.get(f"plans_s_b{batch}")
-            if x is None:
-                continue
-            ar = r.get("tpf_b1") is not None and abs(r["tpf_b1"] - 1.0) < 1e-6
-            style = dict(marker="s" if ar else "o", color="tab:orange" if ar else "tab:blue")
-            half = (r.get("pdms_ci") or 0.0)
-            axes[0, col].errorbar(x, r["pdms"], yerr=half, capsize=3, **style)
-            axes[1, col].plot(x, r.get("l2_4s") or np.nan, **style)
-            for ax, v in ((axes[0, col], r["pdms"]), (axes[1, col], r.get("l2_4s"))):
-                if v is not None:
-                    ax.annotate(r["planner"][:40], (x, v), fontsize=6, xytext=(3, 3), textcoords="offset points")
-        axes[1, col].set_xlabel(f"plans/s at batch {batch} (squares: AR, circles: diffusion)")
-        axes[0, col].set_ylabel("PDMS (test split, 95 % CI)")
-        axes[1, col].set_ylabel("L2@4s to the expert [m]")
-    for ax in axes.flat:
-        ax.set_xscale("log")
-        ax.grid(alpha=0.3, which="both")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
-
-
 def family_table(results: dict) -> list[str]:
     """Markdown lines: PDMS and comfort per scenario family for every planner (test split)."""
     open_ = _get(results, "open", "planners") or {}
@@ -372,7 +336,7 @@ def write_report(p, results: dict) -> Path:
     plot_l2_horizon(results, out / "l2_horizon.png")
     quality_png = plot_quality_rows(rows, results, out / "quality_intervals.png")
     compute_png = plot_compute(rows, results, out / "quality_vs_steps.png")
-    front_png = plot_front(rows, out / "front.png")
+    front_png = plot_front([{**r, "ar": r.get("tpf_b1") == 1.0} for r in rows], out / "front.png")
     bevs = []
     for bev in sorted((p.out / "eval" / "bev").glob("*.png")):  # drawn by the evaluation (eval.run)
         bevs.append(out / f"bev_{bev.name}")

@@ -84,13 +84,24 @@ def pdms(
     executor: str = typer.Option("process", help=EXECUTOR_HELP + " Runs the reference planner and the scoring."),
     workers: int = typer.Option(1, min=1, help="Scoring workers (1: in this process; with ray and no address: local Ray CPUs)."),
     ray_address: str = typer.Option(None, help=RAY_ADDRESS_HELP),
+    speed: str = typer.Option(None, help="Also time every model planner on the same scenes at these batch sizes "
+                                         "(comma separated, e.g. 1,8; planners interleaved, median of the repeats)."),
+    speed_plans: int = typer.Option(32, min=1, help="With --speed: scenes timed per batch size."),
+    speed_repeats: int = typer.Option(3, min=1, help="With --speed: interleaved repeats (the median is kept)."),
 ) -> None:
     """NAVSIM v1.1 PDM Score per scene and aggregated, for one or more planners (open-loop metrics from the same
-    plans are written too)."""
+    plans are written too; with --speed, each model planner's plan timings in open_summary.json)."""
     from wamdiff.executors import ExecutorConfig
 
     from .pdms import EPDMS_METRICS, METRICS, PDMSConfig
+    from .plan_timing import SpeedProbe
     from .run import OpenLoopSettings, evaluate_open, headline_columns
+
+    try:
+        probe = SpeedProbe.from_dict({"batches": [int(b) for b in speed.split(",")], "plans": speed_plans,
+                                      "repeats": speed_repeats}) if speed else None
+    except ValueError as err:
+        raise UserError(f"--speed {speed!r}: {err}") from None
 
     fan_out = ExecutorConfig(executor, workers, ray_address)
     specs = _specs(planner)
@@ -98,7 +109,8 @@ def pdms(
     scenes, problems = _load(data, split, families, limit)
     cfg = PDMSConfig(use_pacifica=pacifica, drivable_tolerance=drivable_tolerance, epdms=epdms,
                      reference_cache=str(Path(out) / "reference_cache"))
-    results = evaluate_open(specs, scenes, out, OpenLoopSettings(pdms=cfg, batch=batch, plots=plots, executor=fan_out),
+    results = evaluate_open(specs, scenes, out, OpenLoopSettings(pdms=cfg, batch=batch, plots=plots, executor=fan_out,
+                                                                 speed=probe),
                             unreadable=problems, console=console)
     aggregates = {name: r["pdms"] for name, r in results.items()}
     metrics = [*METRICS, *(EPDMS_METRICS if epdms else ())]
@@ -212,6 +224,41 @@ def paired(
     write_csv(rows, Path(out) / "paired.csv")
     write_json(Path(out) / "paired.json", rows)
     plot_paired(rows, Path(out) / "paired.png")
+    console.print(f"results in {out}/")
+
+
+@app.command()
+def front(
+    timed: Path = typer.Argument(..., help="An `eval pdms --speed` result folder (the plan timings)."),
+    paired_json: Path = typer.Option(..., "--paired", help="paired.json of `eval paired` over the same planners "
+                                                            "(quality pooled over its folders)."),
+    ar: str = typer.Option("ar_vla", help="The AR planner the speed-ups are against: its file name or a unique part."),
+    out: str = typer.Option("runs/eval/front", help="Results directory (front.csv, front.json, front.png)."),
+) -> None:
+    """The size / quality / speed front: every model planner's parameters, FLOPs per plan, pooled PDMS, comfort and
+    L2@4s (with the paired interval), plans/s and x AR at each timed batch size, in one table and plot."""
+    from wamdiff.jsonfile import write_json
+
+    from .front import front_rows, plot_front
+    from .report import write_csv
+
+    rows = front_rows(timed, paired_json, ar)  # a missing file or planner: ValueError, the one-line error
+    claim_for_command(out)
+    batches = sorted({int(k.split("_b")[-1]) for r in rows for k in r if k.startswith("plans_s_b")})
+    t = Table(title="size / quality / speed", show_edge=False, pad_edge=False)
+    cols = ["planner", "params", "GFLOP/plan", "PDMS", "C", "L2@4s", *[f"plans/s b{b}" for b in batches],
+            *[f"x AR b{b}" for b in batches]]
+    for c in cols:
+        t.add_column(c, justify="left" if c == "planner" else "right", overflow="fold")
+    fmt = lambda v, f: "-" if v is None else f.format(v)  # noqa: E731
+    for r in rows:
+        t.add_row(r["planner"], fmt(r["params"], "{:,}"), fmt(r["gflop_plan"], "{:.3f}"), fmt(r["pdms"], "{:.1f}"),
+                  fmt(r["c"], "{:.3f}"), fmt(r["l2_4s"], "{:.2f}"), *[fmt(r.get(f"plans_s_b{b}"), "{:.1f}") for b in batches],
+                  *[fmt(r.get(f"x_ar_b{b}"), "{:.2f}") for b in batches])
+    console.print(t)
+    write_csv(rows, Path(out) / "front.csv")
+    write_json(Path(out) / "front.json", rows)
+    plot_front(rows, Path(out) / "front.png", batches=tuple(batches[:2]))
     console.print(f"results in {out}/")
 
 
