@@ -52,7 +52,8 @@ def front_rows(timed: Path, paired_json: Path, ar: str) -> list[dict]:
     for name in timed_names:
         spec = PlannerSpec.parse(name)
         metrics = pooled.get(safe_name(name), {})
-        row = {"planner": name.removeprefix("model:").split(",")[0], "spec": name, "mode": spec.decode.mode,
+        ckpt = Path(spec.checkpoint)
+        row = {"planner": ckpt.parent.name if ckpt.name == "final" else ckpt.name, "spec": name, "mode": spec.decode.mode,
                "ar": spec.decode.mode == "ar", **model_cost(spec)}
         for label, key in QUALITY.items():
             by_split = metrics.get(label, {})
