@@ -14,6 +14,7 @@ from contextlib import contextmanager
 import numpy as np
 import torch
 from torch.utils.flop_counter import FlopCounterMode
+from transformers import DynamicCache
 
 from wamdiff.models.build import is_vision_model
 from wamdiff.models.image_geometry import image_processor_for
@@ -70,7 +71,8 @@ def plan_flops(model, tokenizer, *, block_size: int = ANSWER_TOKENS, steps: int 
 
 def _plan(model, inputs: dict, last_id: int, prompt_tokens: int, block_size: int, steps: int, answer_tokens: int) -> dict:
     prompt = _count(lambda: model(**inputs, use_cache=False))
-    cache = model(**inputs, use_cache=True).past_key_values  # the cache the decode forwards extend
+    cache = DynamicCache()  # filled by the prompt forward; every decode forward extends a copy of it
+    model(**inputs, cache=cache, use_cache=True)
 
     def step(width: int) -> int:
         ids = torch.full((1, width), last_id, dtype=torch.long)
