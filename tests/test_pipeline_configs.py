@@ -66,7 +66,7 @@ def test_the_small_chain_trains_only_its_own_stages_from_the_shipped_models():
 
     p = Pipeline.load(ROOT / "configs" / "small.yaml")
     run = [s["name"] for s in stages_to_run(p.cfg, given=set(p.checkpoints))]
-    assert run[0] == "agg_r6_ar" and all(n.startswith("small_") for n in run[1:])
+    assert all(n.startswith("small_") for n in run)
     assert {"small_l3_none", "small_l3_ar", "small_student"} <= set(run)
     assert set(p.checkpoints) == {"ar_vla", "distill_block"}
 
