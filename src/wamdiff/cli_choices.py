@@ -4,8 +4,8 @@ Each set is the registry the code itself validates with (answer formats, decode 
 lean modes, executors, splits, route sets, families), so `wamdiff <cmd> --help` lists exactly the values the
 validation accepts; `tests/test_cli_choices.py` checks every such option against its registry. Options that take a
 comma-separated list of such values (`--families`, `bench --dtypes`, `bench --caches`) say their values with
-`list_help` and check them with `parse_list`. Every registry imported here is free of torch and highway-env, so
-`wamdiff --help` stays fast.
+`list_help` and check them with `parse_list`. The names come from `wamdiff.names` (free of torch and highway-env,
+so `wamdiff --help` stays fast); the registries that give them meaning check that they agree.
 """
 
 from __future__ import annotations
@@ -14,12 +14,13 @@ from typing import Literal
 
 import typer
 
-from wamdiff.decoding.names import ATTENTIONS, CACHES, DECODE_MODES, DTYPES, GRID_DTYPES, LEAN_MODES
-from wamdiff.driving.names import FAMILIES, ROUTE_SETS, SPLITS
-from wamdiff.driving.trajectory import FIXED_WIDTH_FORMATS, FORMATS
 from wamdiff.executors import EXECUTOR_KINDS
+from wamdiff.names import (
+    ATTENTIONS, CACHES, DECODE_MODES, DTYPES, FAMILIES, FIXED_WIDTH_FORMATS, FORMATS, GRID_DTYPES, LEAN_MODES, ROUTE_SETS,
+    SPLITS,
+)
 
-AnswerFormat = Literal[FORMATS]  # driving.trajectory.FORMATS
+AnswerFormat = Literal[FORMATS]
 FixedWidthFormat = Literal[FIXED_WIDTH_FORMATS]
 DecodeMode = Literal[DECODE_MODES]
 Dtype = Literal[DTYPES]

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 import torch
 
-from wamdiff.decoding.names import ATTENTIONS, DECODE_MODES, DEFAULT_MAX_STEPS, DEFAULT_THRESHOLD, DTYPES, LEAN_MODES, STRATEGIES
+from wamdiff.names import ATTENTIONS, DECODE_MODES, DEFAULT_MAX_STEPS, DEFAULT_THRESHOLD, DTYPES, LEAN_MODES, STRATEGIES
 from wamdiff.models.precision import INT8
 
 AUTO = "auto"  # DecodeConfig.block_size: the speed dial picks B, tau, step cap and cache (`wamdiff.decoding.dial`)
@@ -132,7 +132,7 @@ _KIND_WORDS = {int: "an integer", float: "a number", bool: "yes/no", str: "text"
 assert set(_FIELD_TYPES) <= {f.name for f in fields(DecodeConfig)}
 DTYPE_NAMES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
                "fp16": torch.float16, "float16": torch.float16, "int8": INT8}
-assert tuple(DTYPE_NAMES) == DTYPES  # the names the command line offers (`decoding.names`)
+assert tuple(DTYPE_NAMES) == DTYPES  # the names the command line offers (`wamdiff.names`)
 
 
 def _field_error(name: str, value) -> str | None:

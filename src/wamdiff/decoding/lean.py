@@ -24,7 +24,7 @@ from contextlib import contextmanager
 
 import torch.nn.functional as F
 
-from wamdiff.decoding.names import LEAN_MODES  # noqa: F401  (re-exported: the modes this module implements)
+from wamdiff.names import LEAN_MODES  # noqa: F401  (re-exported: the modes this module implements)
 
 
 class TailMLP:

@@ -27,7 +27,7 @@ import warnings
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from wamdiff.driving.names import SPLITS
+from wamdiff.names import SPLITS
 from wamdiff.driving.world import FAMILIES
 from wamdiff.errors import UserError
 from wamdiff.executors import ExecutorConfig, open_executor

@@ -40,7 +40,7 @@ from highway_env.envs.u_turn_env import UTurnEnv
 from highway_env.road.road import Road, RoadNetwork
 
 from wamdiff.driving import geometry as geo
-from wamdiff.driving.names import FAMILIES as FAMILY_NAMES
+from wamdiff.names import FAMILIES as FAMILY_NAMES
 from wamdiff.driving.expert import ExpertVehicle, IntersectionTrafficVehicle, TrafficVehicle, speed_cap_from_curvature
 
 SIM_DT = 0.1

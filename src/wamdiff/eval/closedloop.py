@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from wamdiff.driving.names import ROUTE_SETS
+from wamdiff.names import ROUTE_SETS
 
 from .intervals import mean_ci95, wilson_ci95
 from .pdms.comfort import comfort_checks

@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from wamdiff.cli_choices import AnswerFormat, DecodeMode, Dtype
-from wamdiff.decoding.names import DEFAULT_MAX_STEPS, DEFAULT_THRESHOLD
+from wamdiff.names import DEFAULT_MAX_STEPS, DEFAULT_THRESHOLD
 from wamdiff.errors import UserError
 
 app = typer.Typer(add_completion=False)

@@ -33,7 +33,7 @@ from wamdiff.decoding.grammar import Grammar
 from wamdiff.driving.trajectory import FIXED_WIDTH_FORMATS, ORDINAL_FORMATS
 from wamdiff.models.precision import cast_model
 from wamdiff.decoding.lean import LEAN_MODES
-from wamdiff.decoding.names import CACHES, GRID_DTYPES
+from wamdiff.names import CACHES, GRID_DTYPES
 
 DTYPES = {name: DTYPE_NAMES[name] for name in GRID_DTYPES}  # the grid's dtypes (int8: CPU only)
 
