@@ -45,7 +45,7 @@ def _on_off(s: str) -> list[bool]:
 @app.callback(invoke_without_command=True)
 def bench(
     checkpoint: Path = typer.Option(None, help="Checkpoint directory (wamdiff.models.load_model)."),
-    preset: str = typer.Option(None, help="Untrained preset for a smoke run: tiny | student | teacher."),
+    preset: str = typer.Option(None, help="Untrained preset for a smoke run: a name in wamdiff.models.PRESETS."),
     ar_checkpoint: Path = typer.Option(None, help="AR baseline checkpoint (default: the same model decoded AR)."),
     vision: bool = typer.Option(True, help="Preset only: Qwen3-VL (image prompts) or text-only Qwen3."),
     block_size: int = typer.Option(8, min=1, help="Preset only: diffusion block size recorded in the model."),
