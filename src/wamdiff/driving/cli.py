@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 
 from wamdiff.cli_choices import FAMILIES, AnswerFormat, Executor, Split, list_help, parse_list
+from wamdiff.names import FORMATS
 from wamdiff.driving.render import CameraConfig
 from wamdiff.errors import UserError
 from wamdiff.executors import EXECUTOR_HELP, RAY_ADDRESS_HELP
@@ -82,14 +83,13 @@ def show(
     typer.echo(show_scene(scene, out))
 
 
-@app.command()
+@app.command(help="Mean L2 quantisation error (m per waypoint) of every answer format over the dataset's expert "
+                  f"futures: {', '.join(FORMATS)}.")
 def quantization(
     data: Path = typer.Option(..., "--data", help="Dataset folder."),
     split: Split = typer.Option(None, help="Only this split (default: every scene in the folder)."),
     out: Path = typer.Option(None, help="Also write the numbers as JSON."),
 ) -> None:
-    """Mean L2 quantisation error (m per waypoint) of every answer format over the dataset's expert futures:
-    text2, text1, fixed1, fixed2, bins and delta."""
     from wamdiff.driving.dataset import quantization_report
     from wamdiff.jsonfile import write_json
 
