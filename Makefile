@@ -6,6 +6,7 @@ STAMP := $(VENV)/.installed
 export OMP_NUM_THREADS ?= 2
 export SDL_VIDEODRIVER := offscreen
 export PYGAME_HIDE_SUPPORT_PROMPT := 1
+export NO_MKDOCS_2_WARNING := 1
 
 .PHONY: install docs test test-slow test-byoc test-gpu demo bench serve-bench ray-bench pipeline pipeline-ar clean
 
