@@ -6,26 +6,34 @@ STAMP := $(VENV)/.installed
 export OMP_NUM_THREADS ?= 2
 export SDL_VIDEODRIVER := offscreen
 export PYGAME_HIDE_SUPPORT_PROMPT := 1
+export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: install test test-slow test-byoc test-gpu demo bench serve-bench ray-bench pipeline pipeline-small pipeline-ar clean
+.PHONY: install docs test test-slow test-byoc test-gpu demo bench serve-bench ray-bench pipeline pipeline-small pipeline-ar clean
 
 install: $(STAMP)
 
 # torch first, alone and pinned, so pip takes the CPU wheel instead of a multi-GB CUDA build.
-$(STAMP): requirements.txt pyproject.toml
+$(STAMP): requirements.txt requirements-docs.txt pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q $(if $(wildcard /opt/wheels),--find-links /opt/wheels) torch==2.13.0
 	$(BIN)/pip install -q -r requirements.txt  # includes ray, the optional extra wamdiff[ray], so the Ray tests run
+	$(BIN)/pip install -q -r requirements-docs.txt  # the docs site, built by `make test`
 	$(BIN)/pip install -q --no-deps -e .
 	touch $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -x --durations=15
+	$(MAKE) docs
+
+# The docs site (mkdocs.yml): offline, warnings are errors; the CLI reference and the results tables are generated at
+# build time (tools/mkdocs_hooks.py). Output in runs/site/.
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict --quiet
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow --durations=15
 
-# Bring your own checkpoint: the README's "Using real models" sequence on a real-width, 2+2-layer random
+# Bring your own checkpoint: the sequence of docs/guides/convert.md on a real-width, 2+2-layer random
 # Qwen3-VL (standin -> convert -> 2 LoRA steps -> eval planner -> bench --quick). Slow (minutes), no download.
 test-byoc: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow tests/test_pipeline_byoc.py
@@ -76,7 +84,7 @@ pipeline: $(STAMP)
 
 # The small, fast student: a quarter-size AR VLA, its conversion and model-level distillation from the shipped
 # full-size diffusion student (three level-3 arms), evaluated against both full-size models. Shares runs/default
-# (data, round 6) with `make pipeline`.
+# (data) with `make pipeline`.
 pipeline-small: $(STAMP)
 	$(BIN)/wamdiff pipeline --config configs/small.yaml
 

@@ -1,4 +1,4 @@
-"""Masks and position ids against brute-force references written plainly here (DESIGN §2.1, §2.2)."""
+"""Masks and position ids against brute-force references written plainly here (docs/concepts/masks.md)."""
 
 import pytest
 import torch
@@ -9,7 +9,7 @@ from wamdiff.diffusion import masks as M
 
 
 def reference_training_mask(prompt_mask, answer_mask, B):
-    """Loop over every (query, key) pair and apply the rules of DESIGN §2.1 literally."""
+    """Loop over every (query, key) pair and apply the five rules of docs/concepts/masks.md literally."""
     n, p = prompt_mask.shape
     a = answer_mask.shape[1]
     L = p + 2 * a

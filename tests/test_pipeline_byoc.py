@@ -1,4 +1,4 @@
-"""Bring your own checkpoint (`make test-byoc`): the README's "Using real models" sequence, command by command,
+"""Bring your own checkpoint (`make test-byoc`): the sequence of docs/guides/convert.md, command by command,
 on a real-width (Qwen3-VL-2B: text 2048, vision 1024, vocab 151,936, patch 16), reduced-depth random
 checkpoint with its own Qwen2-style tokenizer and processor file:
 

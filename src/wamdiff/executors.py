@@ -29,7 +29,8 @@ from itertools import islice
 from wamdiff.errors import UserError
 
 EXECUTOR_KINDS = ("process", "ray")
-EXECUTOR_HELP = "Where the parallel work runs: process (local process pool, the default) or ray (pip install 'wamdiff[ray]')."
+# help texts go through rich markup: "\\[" keeps a literal bracket ("[ray]" alone would be read as a style tag and vanish)
+EXECUTOR_HELP = "Where the parallel work runs: process (local process pool, the default) or ray (pip install 'wamdiff\\[ray]')."
 RAY_ADDRESS_HELP = "With --executor ray: a running cluster's address (auto, ray://HEAD:10001, HEAD:6379); default: a local Ray."
 LOCAL_RAY_OBJECT_STORE = 256 * 1024**2  # bytes: jobs and results here are small (scenes, rows, route results)
 

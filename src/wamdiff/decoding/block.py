@@ -1,4 +1,4 @@
-"""Block-causal masked-diffusion decoding (DESIGN §2.2) on a `StepRunner`.
+"""Block-causal masked-diffusion decoding (docs/concepts/decoding.md) on a `StepRunner`.
 
 Per block of B answer slots: start all-mask; every forward predicts all B positions (bidirectional inside
 the block, over the cached prompt and committed blocks); unmask by confidence (threshold: every masked

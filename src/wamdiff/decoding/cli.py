@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from wamdiff.cli_choices import CACHES, GRID_DTYPES, AnswerFormat, Attention, FixedWidthFormat, Lean, list_help, parse_list
 from wamdiff.outdir import claim_for_command
 
 app = typer.Typer(help="Side-by-side AR vs block-diffusion decoding speed benchmark.", add_completion=False)
@@ -44,7 +45,7 @@ def _on_off(s: str) -> list[bool]:
 @app.callback(invoke_without_command=True)
 def bench(
     checkpoint: Path = typer.Option(None, help="Checkpoint directory (wamdiff.models.load_model)."),
-    preset: str = typer.Option(None, help="Untrained preset for a smoke run: tiny | student | teacher."),
+    preset: str = typer.Option(None, help="Untrained preset for a smoke run: a name in wamdiff.models.PRESETS."),
     ar_checkpoint: Path = typer.Option(None, help="AR baseline checkpoint (default: the same model decoded AR)."),
     vision: bool = typer.Option(True, help="Preset only: Qwen3-VL (image prompts) or text-only Qwen3."),
     block_size: int = typer.Option(8, min=1, help="Preset only: diffusion block size recorded in the model."),
@@ -54,7 +55,8 @@ def bench(
     blocks: str = typer.Option("4,8,16,32", help="Block sizes B; 'fit' = one block holding the whole answer of a "
                                                  "fixed-width --format (delta: 17 tokens, end of turn included)."),
     taus: str = typer.Option("0.7,0.8,0.9,0.95", help="Confidence thresholds."),
-    dtypes: str = typer.Option("fp32,bf16", help="fp32, bf16 and/or int8 (fp32 with int8 Linear weights, CPU)."),
+    dtypes: str = typer.Option("fp32,bf16", help="Weight dtypes timed: " + list_help(GRID_DTYPES) + " (int8: fp32 with int8 "
+                                                 "Linear weights, CPU only)."),
     max_new_tokens: int = typer.Option(160, min=1, help="Answer budget."),
     max_steps: str = typer.Option("32", help="Max denoising steps per block (a list: each is a grid point)."),
     repeats: int = typer.Option(1, min=1, help="Timed repeats per configuration (median)."),
@@ -62,11 +64,14 @@ def bench(
                                           "like --dtypes (AR and diffusion alike at each; the headline takes each "
                                           "side's best); the first also runs the curve, roofline and levers."),
     compile: str = typer.Option("off", help="torch.compile the step: off, on, or off,on (each applies to AR and diffusion)."),
-    caches: str = typer.Option("exact,delayed", help="Block K/V refresh: exact (whole block every step) and/or delayed."),
+    caches: str = typer.Option("exact,delayed", help="Block K/V refresh: " + list_help(CACHES) + " (exact: the whole block "
+                                                     "every step; delayed: only the still-masked and just-decoded positions)."),
     step_cost: bool = typer.Option(True, help="Also measure block-step / AR-step cost ratios."),
-    fmt: str = typer.Option(None, "--format", help="Trajectory format for L2 quality (text2, text1, bins, fixed1, fixed2)."),
+    fmt: AnswerFormat = typer.Option(None, "--format", "--fmt", help="Answer format the L2 quality is parsed with "
+                                                                     "(default: guessed from --data's first answer)."),
     device: str = typer.Option("cpu", help="cpu or cuda[:i] (CUDA: the steps run as CUDA graphs unless --attention flashinfer)."),
-    attention: str = typer.Option("sdpa", help="Decode-step attention: sdpa, flashinfer (CUDA) or torch_paged (reference)."),
+    attention: Attention = typer.Option("sdpa", help="Decode-step attention (flashinfer: CUDA only; torch_paged: a slow "
+                                                     "reference)."),
     resume: bool = typer.Option(True, help="Reuse the rows an interrupted run with the same grid, models and prompts "
                                            "left in OUT/bench.partial.jsonl."),
     quick: bool = typer.Option(False, help="Shrink the grid: batch 1, B 8,32, tau 0.9, fp32, 64 tokens."),
@@ -76,7 +81,7 @@ def bench(
                                           "--data with expert answers."),
     tune_prompts: int = typer.Option(0, min=0, help="--tune: prompts of --data for the TPF/quality curve (0 = --n-prompts); "
                                                   "more than the timed ones judges quality on more scenes."),
-    lean: str = typer.Option("last_layer", help="Exact lean steps for AR and diffusion alike: off, head or last_layer."),
+    lean: Lean = typer.Option("last_layer", help="Exact lean steps for AR and diffusion alike."),
     ordinal: int = typer.Option(2, min=0, help="Diffusion read-out of a grid format (delta, bins): the value mean within "
                                                "this many grid steps of the most likely one (0 = the most likely token); "
                                                "AR decodes greedily."),
@@ -107,6 +112,7 @@ def bench(
             raise ValueError
     except ValueError:
         raise typer.BadParameter(f"thread counts >= 0, comma separated; got {threads!r}", param_hint="--threads") from None
+    dtype_list, cache_list = parse_list(dtypes, GRID_DTYPES, "--dtypes"), parse_list(caches, CACHES, "--caches")
     if thread_counts[0]:
         torch.set_num_threads(thread_counts[0])
     if (checkpoint is None) == (preset is None):
@@ -128,12 +134,13 @@ def bench(
         prompts = synthetic_prompts(tok, n_prompts, vision=is_vl, image_processor=image_processor_for(model))
     compile_modes = _on_off(compile)
     try:
-        grid = BenchGrid(_ints(batch), _block_sizes(blocks), _floats(taus), _words(dtypes), max_new_tokens, _ints(max_steps), repeats,
-                         compile_modes, step_cost, caches=_words(caches), threads=thread_counts, device=device,
+        grid = BenchGrid(_ints(batch), _block_sizes(blocks), _floats(taus), dtype_list,
+                         max_new_tokens, _ints(max_steps), repeats, compile_modes, step_cost,
+                         caches=cache_list, threads=thread_counts, device=device,
                          attention=attention, lean=lean, ordinal_window=ordinal)
         if quick:
             grid = BenchGrid([1], [8, 32], [0.9], ["fp32"], 64, _ints(max_steps), repeats, compile_modes, step_cost,
-                             caches=_words(caches), threads=thread_counts, device=device, attention=attention, lean=lean,
+                             caches=cache_list, threads=thread_counts, device=device, attention=attention, lean=lean,
                              ordinal_window=ordinal)
     except ValueError as err:
         raise typer.BadParameter(str(err)) from err
@@ -190,7 +197,7 @@ def bench(
 
 def grammar(
     path: Path = typer.Argument(..., help="Checkpoint directory (its tokenizer is used)."),
-    fmt: str = typer.Option("fixed1", "--format", help="Fixed-width trajectory format: fixed1, fixed2, bins or delta."),
+    fmt: FixedWidthFormat = typer.Option("fixed1", "--format", "--fmt", help="Fixed-width answer format to check."),
 ) -> None:
     """Whether a fixed-width format has stable token positions under a checkpoint's tokenizer (its grammar).
 

@@ -7,10 +7,9 @@ from typing import Any, Literal
 
 import torch
 
-from wamdiff.decoding.lean import LEAN_MODES
+from wamdiff.names import ATTENTIONS, DECODE_MODES, DEFAULT_MAX_STEPS, DEFAULT_THRESHOLD, DTYPES, LEAN_MODES, STRATEGIES
 from wamdiff.models.precision import INT8
 
-ATTENTIONS = ("sdpa", "flashinfer", "torch_paged")  # DecodeConfig.attention
 AUTO = "auto"  # DecodeConfig.block_size: the speed dial picks B, tau, step cap and cache (`wamdiff.decoding.dial`)
 
 
@@ -62,8 +61,8 @@ class DecodeConfig:
 
     mode: Literal["ar", "block"] = "block"
     block_size: int | Literal["auto"] | None = None
-    threshold: float = 0.9
-    max_steps_per_block: int = 32
+    threshold: float = DEFAULT_THRESHOLD
+    max_steps_per_block: int = DEFAULT_MAX_STEPS
     strategy: Literal["threshold", "fixed"] = "threshold"
     max_new_tokens: int = 160
     fused_commit: bool = True
@@ -133,14 +132,15 @@ _KIND_WORDS = {int: "an integer", float: "a number", bool: "yes/no", str: "text"
 assert set(_FIELD_TYPES) <= {f.name for f in fields(DecodeConfig)}
 DTYPE_NAMES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
                "fp16": torch.float16, "float16": torch.float16, "int8": INT8}
+assert tuple(DTYPE_NAMES) == DTYPES  # the names the command line offers (`wamdiff.names`)
 
 
 def _field_error(name: str, value) -> str | None:
     """Why `value` is not valid for DecodeConfig field `name` (None when it is)."""
-    if name == "mode" and value not in ("ar", "block"):
-        return f"must be 'ar' or 'block', got {value!r}"
-    if name == "strategy" and value not in ("threshold", "fixed"):
-        return f"must be 'threshold' or 'fixed', got {value!r}"
+    if name == "mode" and value not in DECODE_MODES:
+        return f"must be one of {DECODE_MODES}, got {value!r}"
+    if name == "strategy" and value not in STRATEGIES:
+        return f"must be one of {STRATEGIES}, got {value!r}"
     if name == "attention" and value not in ATTENTIONS:
         return f"must be one of {ATTENTIONS}, got {value!r}"
     if name == "lean" and value not in LEAN_MODES:

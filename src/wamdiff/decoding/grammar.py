@@ -3,7 +3,8 @@
 For fixed-width answer formats every answer position has a known token class (sign, digit, separator,
 bin token, EOS, PAD), so the constraint is a [n_positions, vocab] bool table built once and applied to the
 logits of each position (AR step or block step alike) before the argmax / confidence. That removes the
-parallel-decoding failure of DESIGN §2.8 (number widths misaligned across positions decoded in parallel).
+parallel-decoding failure of digit formats (number widths misaligned across positions decoded in parallel;
+docs/concepts/decoding.md, "Answer formats and parallel decoding").
 
 `Grammar.for_format(tokenizer, fmt)` derives the per-position token sets from the tokenizer itself: the
 format's character cells (`wamdiff.driving.trajectory.format_cells`) are varied — every choice of each token's

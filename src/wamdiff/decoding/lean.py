@@ -24,7 +24,7 @@ from contextlib import contextmanager
 
 import torch.nn.functional as F
 
-LEAN_MODES = ("off", "head", "last_layer")
+from wamdiff.names import LEAN_MODES  # noqa: F401  (re-exported: the modes this module implements)
 
 
 class TailMLP:

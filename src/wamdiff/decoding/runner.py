@@ -16,7 +16,7 @@ query an arbitrary slot list per sample (`forward_slots`: delayed-cache and lean
 and positions are gathered from the same tables. Every forward returns the logits of its last `keep` query rows
 only (with lean "last_layer", those rows alone also run the last layer's MLP: `decoding.lean`).
 
-This is the mask of DESIGN §2.1 restricted to decode time; `tests/test_decoding_masks.py` checks it against
+This is the training mask (docs/concepts/masks.md) restricted to decode time; `tests/test_decoding_layout.py` checks it against
 `wamdiff.diffusion.masks.decode_block_mask_dense`.
 """
 

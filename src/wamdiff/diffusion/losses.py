@@ -1,4 +1,4 @@
-"""Losses of block diffusion training and distillation (DESIGN §1, §2.1).
+"""Losses of block diffusion training and distillation (docs/concepts/loss.md).
 
 All are computed at selected (masked) positions only, normalised per sample by its answer length (the
 number of real answer tokens), then averaged over samples. Only the selected rows are gathered, so the

@@ -1,4 +1,4 @@
-"""Attention masks and position ids for block-causal masked diffusion (DESIGN §2.1, §2.2).
+"""Attention masks and position ids for block-causal masked diffusion (docs/concepts/masks.md).
 
 Training layout, per sample: ``[prefix | x0 | xt]`` with the prompt LEFT-padded to width P and the answer
 (x0 clean, xt noisy) of width A (right-padded). One pure rule (`layout_rule`) says who may attend to whom;

@@ -1,4 +1,4 @@
-"""Forward (noising) process of block-causal masked diffusion (DESIGN §2.1).
+"""Forward (noising) process of block-causal masked diffusion (docs/concepts/loss.md, "Noising").
 
 One mask rate t per answer block, stratified over the n blocks of a sample (u ~ U[0,1), t_i = (u + i)/n,
 shuffled over blocks) and clipped to >= min_rate (the official u/n can reach 0.001/n, so 1/t ~ 3000);

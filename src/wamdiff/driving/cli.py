@@ -8,6 +8,8 @@ from pathlib import Path
 
 import typer
 
+from wamdiff.cli_choices import FAMILIES, AnswerFormat, Executor, Split, list_help, parse_list
+from wamdiff.names import FORMATS
 from wamdiff.driving.render import CameraConfig
 from wamdiff.errors import UserError
 from wamdiff.executors import EXECUTOR_HELP, RAY_ADDRESS_HELP
@@ -18,26 +20,17 @@ os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
 app = typer.Typer(help="Driving data: generate, show, quantization, qa.", no_args_is_help=True, add_completion=False)
 
 
-def _families(text: str) -> list[str]:
-    from wamdiff.driving.world import FAMILIES
-
-    fams = [f.strip() for f in text.split(",") if f.strip()]
-    bad = [f for f in fams if f not in FAMILIES]
-    if bad or not fams:
-        raise typer.BadParameter(f"unknown family {bad}; choose from {','.join(FAMILIES)}")
-    return fams
-
-
 @app.command()
 def generate(
-    family: str = typer.Option("highway,merge,roundabout,intersection", "--family", help="Comma-separated families."),
-    split: str = typer.Option("train", help="train | val | test (disjoint seed ranges)."),
+    families: str = typer.Option(",".join(FAMILIES), "--families", "--family", help="Road families: " + list_help(FAMILIES) + "."),
+    split: Split = typer.Option("train", help="Dataset split (each has its own seed range, disjoint from the others)."),
     n: int = typer.Option(100, "--n", min=1, help="Kept scenes per family."),
     out: Path = typer.Option(..., "--out", help="Dataset folder (created; re-running resumes)."),
     workers: int = typer.Option(2, min=1, help="Worker processes (with --executor ray and no --ray-address: local Ray CPUs)."),
-    executor: str = typer.Option("process", help=EXECUTOR_HELP),
+    executor: Executor = typer.Option("process", help=EXECUTOR_HELP),
     ray_address: str = typer.Option(None, help=RAY_ADDRESS_HELP),
-    fmt: str = typer.Option("text2", help="Answer format: text2 | text1 | fixed1 | fixed2 | bins."),
+    fmt: AnswerFormat = typer.Option("text2", "--format", "--fmt", help="Answer format of the written samples (the "
+                                                                       "default world's checkpoints use delta)."),
     density: float = typer.Option(1.0, help="Traffic density multiplier."),
     speed_scale: float = typer.Option(1.0, help="Multiplies desired speeds."),
     t0_spread: float = typer.Option(0.0, "--t0-spread", min=0.0,
@@ -54,7 +47,7 @@ def generate(
     from wamdiff.driving.dataset import generate_dataset
     from wamdiff.executors import ExecutorConfig
 
-    fams = _families(family)
+    fams = parse_list(families, FAMILIES, "--families")
     stats = generate_dataset(out, fams, split, n, workers, fmt,
                              camera={"size": image_size, "pixels_per_meter": pixels_per_meter, "look_ahead": look_ahead,
                                      "route": route},
@@ -90,13 +83,13 @@ def show(
     typer.echo(show_scene(scene, out))
 
 
-@app.command()
+@app.command(help="Mean L2 quantisation error (m per waypoint) of every answer format over the dataset's expert "
+                  f"futures: {', '.join(FORMATS)}.")
 def quantization(
     data: Path = typer.Option(..., "--data", help="Dataset folder."),
-    split: str = typer.Option(None, help="Only this split."),
+    split: Split = typer.Option(None, help="Only this split (default: every scene in the folder)."),
     out: Path = typer.Option(None, help="Also write the numbers as JSON."),
 ) -> None:
-    """Mean L2 quantisation error per answer format (floors: text2 0.004 m, text1 0.038 m, 256 bins 0.143 m)."""
     from wamdiff.driving.dataset import quantization_report
     from wamdiff.jsonfile import write_json
 
@@ -110,7 +103,7 @@ def quantization(
 @app.command()
 def qa(
     data: Path = typer.Option(..., "--data", help="Dataset folder."),
-    split: str = typer.Option("train"),
+    split: Split = typer.Option("train", help="Which split's QA file (<split>_qa.json)."),
     predictions: Path = typer.Option(None, help="Optional JSON {sample id: predicted answer} to score."),
 ) -> None:
     """Score QA predictions against <split>_qa.json (exact match, per question kind)."""

@@ -27,12 +27,14 @@ import warnings
 from collections import Counter, defaultdict
 from pathlib import Path
 
+from wamdiff.names import SPLITS
 from wamdiff.driving.world import FAMILIES
 from wamdiff.errors import UserError
 from wamdiff.executors import ExecutorConfig, open_executor
 from wamdiff.jsonfile import write_json
 
 SPLIT_SEED_BASE = {"train": 0, "val": 10_000_000, "test": 20_000_000}
+assert tuple(SPLIT_SEED_BASE) == SPLITS, "driving.names.SPLITS must list the splits"
 SPLIT_SEED_SPAN = 10_000_000
 
 

@@ -1,4 +1,4 @@
-"""The WAM-Diff2 prompt and answer texts for a scene (DESIGN 2.4). Import these rather than rebuilding strings."""
+"""The WAM-Diff2 prompt and answer texts for a scene (docs/concepts/world.md, "The prompt"). Import these rather than rebuilding strings."""
 
 from __future__ import annotations
 

@@ -30,9 +30,8 @@ import numpy as np
 
 from wamdiff.models import tokens as T
 from wamdiff.models.tokens import IM_END, N_BINS, PAD, bin_token
+from wamdiff.names import FIXED_WIDTH_FORMATS, FORMATS  # noqa: F401  (the formats this module implements)
 
-FORMATS = ("text2", "text1", "fixed1", "fixed2", "bins", "delta")
-FIXED_WIDTH_FORMATS = ("fixed1", "fixed2", "bins", "delta")  # token positions never shift: a per-position grammar
 # one token per coordinate on a uniform grid, `format_cells` lists each cell's tokens in value order: neighbouring
 # tokens are neighbouring values (what the decoder's ordinal read-out relies on)
 ORDINAL_FORMATS = ("bins", "delta")

@@ -40,6 +40,7 @@ from highway_env.envs.u_turn_env import UTurnEnv
 from highway_env.road.road import Road, RoadNetwork
 
 from wamdiff.driving import geometry as geo
+from wamdiff.names import FAMILIES as FAMILY_NAMES
 from wamdiff.driving.expert import ExpertVehicle, IntersectionTrafficVehicle, TrafficVehicle, speed_cap_from_curvature
 
 SIM_DT = 0.1
@@ -310,6 +311,7 @@ FAMILY_REGISTRY = {
                                                     lane_change_prob=0.0), dev_routes=2, junction="box"),
 }
 FAMILIES = tuple(FAMILY_REGISTRY)
+assert FAMILIES == FAMILY_NAMES, "driving.names.FAMILIES must list the registry's families, in order"
 
 
 def family_spec(family: str) -> Family:

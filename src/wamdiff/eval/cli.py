@@ -14,6 +14,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from wamdiff.cli_choices import FAMILIES, AnswerFormat, Executor, RouteSet, Split, list_help, parse_list
 from wamdiff.errors import UserError
 from wamdiff.executors import EXECUTOR_HELP, RAY_ADDRESS_HELP
 from wamdiff.outdir import claim_for_command
@@ -26,7 +27,7 @@ console = Console()
 def _load(data: str, split: str | None, families: str | None, limit: int | None):
     from .data import load_scenes
 
-    fams = [f.strip() for f in families.split(",")] if families else None
+    fams = parse_list(families, FAMILIES, "--families") if families else None
     scenes, problems = load_scenes(data, split, fams, limit)
     if problems:
         console.print(f"[yellow]{len(problems)} unreadable scene file(s); first: {problems[0]}")
@@ -73,15 +74,15 @@ def pdms(
     planner: list[str] = typer.Option(["expert", "cv", "reference"], "--planner", "-p", help="Planner spec (repeatable)."),
     data: str = typer.Option(..., help="Directory of scene .npz files (searched recursively)."),
     out: str = typer.Option("runs/eval/pdms", help="Results directory."),
-    split: str = typer.Option(None, help="Only scenes of this split."),
-    families: str = typer.Option(None, help="Comma-separated families."),
+    split: Split = typer.Option(None, help="Only scenes of this split (default: every scene under --data)."),
+    families: str = typer.Option(None, "--families", "--family", help=f"Only these road families: {list_help(FAMILIES)} (default: all)."),
     limit: int = typer.Option(None, min=1, help="At most this many scenes."),
     epdms: bool = typer.Option(False, help="Also compute the NAVSIM v2 EPDMS terms."),
     pacifica: bool = typer.Option(False, help="Use NAVSIM's Pacifica instead of the scene's ego box."),
     drivable_tolerance: float = typer.Option(0.0, help="Grow the drivable area by this many metres (0 = NAVSIM)."),
     plots: int = typer.Option(6, min=0, help="BEV plots for this many scenes."),
     batch: int = typer.Option(64, min=1, help="Scenes per planner/scoring batch."),
-    executor: str = typer.Option("process", help=EXECUTOR_HELP + " Runs the reference planner and the scoring."),
+    executor: Executor = typer.Option("process", help=EXECUTOR_HELP + " Runs the reference planner and the scoring."),
     workers: int = typer.Option(1, min=1, help="Scoring workers (1: in this process; with ray and no address: local Ray CPUs)."),
     ray_address: str = typer.Option(None, help=RAY_ADDRESS_HELP),
     speed: str = typer.Option(None, help="Also time every model planner on the same scenes at these batch sizes "
@@ -125,12 +126,12 @@ def openloop(
     planner: list[str] = typer.Option(["expert", "cv", "reference"], "--planner", "-p", help="Planner spec (repeatable)."),
     data: str = typer.Option(..., help="Directory of scene .npz files."),
     out: str = typer.Option("runs/eval/openloop", help="Results directory."),
-    split: str = typer.Option(None),
-    families: str = typer.Option(None),
-    limit: int = typer.Option(None, min=1),
+    split: Split = typer.Option(None, help="Only scenes of this split (default: every scene under --data)."),
+    families: str = typer.Option(None, "--families", "--family", help=f"Only these road families: {list_help(FAMILIES)} (default: all)."),
+    limit: int = typer.Option(None, min=1, help="At most this many scenes."),
     compare: str = typer.Option(None, help="Aggregate JSON of a reference planner (relative change is reported)."),
     reference_planner: str = typer.Option(None, help="Or: a planner spec run here as the reference for relative change."),
-    batch: int = typer.Option(64, min=1),
+    batch: int = typer.Option(64, min=1, help="Scenes per planner batch."),
 ) -> None:
     """L2 per 0.5 s step and at 1/2/3/4 s, ADE/FDE, failed plans, plan collision rate."""
     import json
@@ -155,15 +156,15 @@ def openloop(
 @app.command()
 def closedloop(
     planner: list[str] = typer.Option(["reference"], "--planner", "-p", help="Planner spec (repeatable)."),
-    routes: str = typer.Option("dev", help="Route set: dev (10 routes) or full."),
+    routes: RouteSet = typer.Option("dev", help="Route set: dev (each family's dev routes, 10 in all) or full (25 per family)."),
     out: str = typer.Option("runs/eval/closedloop", help="Results directory."),
-    families: str = typer.Option(None, help="Comma-separated families (default: all)."),
+    families: str = typer.Option(None, "--families", "--family", help=f"Only these road families: {list_help(FAMILIES)} (default: all)."),
     per_family: int = typer.Option(None, "--per-family", min=1,
                                    help="Only the first N routes of each family (e.g. --routes full --per-family 10: 40 routes)."),
     strips: int = typer.Option(2, min=0, help="Frame strips for this many routes per planner."),
     batch: int = typer.Option(0, min=0, help="Routes driven in lockstep, their replans batched into one planner call "
                                       "(0: all routes of the set)."),
-    executor: str = typer.Option("process", help=EXECUTOR_HELP + " Drives route shards in parallel."),
+    executor: Executor = typer.Option("process", help=EXECUTOR_HELP + " Drives route shards in parallel."),
     workers: int = typer.Option(1, min=1, help="Route shards driven at once (1: all here, in lockstep)."),
     ray_address: str = typer.Option(None, help=RAY_ADDRESS_HELP),
 ) -> None:
@@ -178,7 +179,7 @@ def closedloop(
 
     fan_out = ExecutorConfig(executor, workers, ray_address)
     specs = _specs(planner)
-    fams = [f.strip() for f in families.split(",")] if families else None
+    fams = parse_list(families, FAMILIES, "--families") if families else None
     try:
         rset = route_set(routes, fams, per_family)
     except ValueError as err:
@@ -267,7 +268,7 @@ def bench(
     data: str = typer.Option(None, help="Scene directory (default: synthetic scenes)."),
     n: int = typer.Option(400, min=1, help="Plans to score."),
     planner: str = typer.Option("cv", help="Planner whose plans are scored."),
-    epdms: bool = typer.Option(False),
+    epdms: bool = typer.Option(False, help="Also score the NAVSIM v2 EPDMS terms."),
 ) -> None:
     """PDMS scoring throughput (plans/s, reference excluded since it is cached per scene)."""
     from .pdms import PDMSConfig, PDMSEvaluator
@@ -303,20 +304,16 @@ def aggregate(
     round_index: int = typer.Option(0, "--round", min=0, help="Aggregation round (its own route seeds)."),
     routes_per_family: int = typer.Option(25, min=1, help="Training routes driven per family."),
     label_every: int = typer.Option(2, min=1, help="Replans (0.5 s) between labelled states."),
-    recover_m: float = typer.Option(0.0, min=0.0, help="Also label states up to this far [m] off the route, the "
+    recover_m: float = typer.Option(0.0, min=0.0, help="Also label states up to this many metres off the route, the "
                                     "expert steering back to it (recovery labels); 0: on-route states only."),
-    fmt: str = typer.Option("delta", help="Answer format of the labels (as the model's training data)."),
+    fmt: AnswerFormat = typer.Option("delta", "--format", "--fmt", help="Answer format of the labels (as the model's training data)."),
     force: bool = typer.Option(False, help="Redo the round even if its files exist."),
 ) -> None:
     """On-policy aggregation (DAgger), one round: drive training routes with the model, label the visited states
     with the expert's plan, add them to DATA/agg.json (train on train.json + agg.json next)."""
-    from wamdiff.driving.trajectory import FORMATS
-
     from .aggregation import AggregationRound, aggregate_round
     from .run import progress_bar
 
-    if fmt not in FORMATS:
-        raise UserError(f"--fmt {fmt!r}: unknown answer format; use one of {FORMATS}")
     (spec,) = _specs([planner]).values()
     claim_for_command(str(data))
     settings = AggregationRound(round_index, routes_per_family, label_every, recover_m)

@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from wamdiff.names import ROUTE_SETS
+
 from .intervals import mean_ci95, wilson_ci95
 from .pdms.comfort import comfort_checks
 from .pdms.geometry import convex_intersect
@@ -72,7 +74,7 @@ def route_set(name: str = "dev", families: list[str] | None = None, per_family: 
     elif name == "full":
         counts = {f: FULL_PER_FAMILY for f in fams}
     else:
-        raise ValueError(f"unknown route set {name!r}: use dev or full")
+        raise ValueError(f"unknown route set {name!r}: use one of {', '.join(ROUTE_SETS)}")
     if per_family is not None:
         if per_family < 1:
             raise ValueError(f"per_family must be at least 1, got {per_family}")

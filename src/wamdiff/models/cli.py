@@ -22,7 +22,7 @@ def _show(info: dict, title: str) -> None:
 
 @app.command()
 def build(
-    preset: str = typer.Option("student", help="Size preset: tiny, student, teacher."),
+    preset: str = typer.Option("student", help="Size preset: a name in wamdiff.models.PRESETS (an unknown one is refused with the list)."),
     out: Path = typer.Option(..., help="Output directory."),
     text_only: bool = typer.Option(False, "--text-only", help="Qwen3ForCausalLM instead of Qwen3-VL."),
     seed: int = typer.Option(0, help="Initialisation seed."),

@@ -9,7 +9,7 @@ adapters into the weights, or saving). GPUs and bf16-capable CPUs compute in bf1
 
 `INT8` (`DecodeConfig(dtype="int8")`, a bench grid dtype): inference with every `nn.Linear` dynamically quantized
 (int8 weights per output channel, activations quantized per call; torch's fbgemm/x86 kernels). It shortens the
-prefill, which dominates a one-forward decode (README, "Speed"); CPU only (`quantize_linear_int8`).
+prefill, which dominates a one-forward decode (docs/development/results-notes.md, "int8 weights"); CPU only (`quantize_linear_int8`).
 """
 
 from __future__ import annotations

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import typer
 
+from wamdiff.cli_choices import AnswerFormat, DecodeMode, Dtype
+from wamdiff.names import DEFAULT_MAX_STEPS, DEFAULT_THRESHOLD
 from wamdiff.errors import UserError
 
 app = typer.Typer(add_completion=False)
@@ -20,15 +22,18 @@ def _decode_options(block: int | None, threshold: float | None, steps: int | Non
 @app.command()
 def serve(
     checkpoint: Path = typer.Option(..., help="Model directory (a wamdiff checkpoint)."),
-    mode: str = typer.Option(None, help="ar | block (default: block for a diffusion checkpoint, else ar)."),
+    mode: DecodeMode = typer.Option(None, help="Decoding mode (default: block for a diffusion checkpoint, else ar)."),
     port: int = typer.Option(8000, min=0, max=65535, help="TCP port (0: any free port)."),
     host: str = typer.Option("127.0.0.1", help="Address to listen on (loopback by default)."),
-    fmt: str | None = typer.Option(None, help="Answer format (text2 | text1 | fixed1 | fixed2 | bins | delta); "
-                                                    "default: the one the checkpoint recorded."),
-    block: int = typer.Option(None, min=1, help="Block size B (default: the model's)."),
-    threshold: float = typer.Option(None, help="Unmasking threshold tau (default 0.9)."),
-    steps: int = typer.Option(None, min=1, help="Denoising steps cap per block."),
-    dtype: str = typer.Option(None, help="fp32 | bf16 (default: as saved)."),
+    fmt: AnswerFormat = typer.Option(None, "--format", "--fmt", help="Answer format (default: the one the checkpoint "
+                                                                     "recorded)."),
+    block: int = typer.Option(None, "--block-size", "--block", min=1, help="Block size B (default: the checkpoint's "
+                              "recorded decode, else the model's own)."),
+    threshold: float = typer.Option(None, help="Unmasking threshold tau (default: the checkpoint's recorded decode, e.g. "
+                                    f"0.5 for the shipped students, else {DEFAULT_THRESHOLD})."),
+    steps: int = typer.Option(None, min=1, help="Denoising steps cap per block (default: the checkpoint's recorded decode, "
+                              f"else {DEFAULT_MAX_STEPS})."),
+    dtype: Dtype = typer.Option(None, help="Weight dtype (default: as saved)."),
     max_batch: int = typer.Option(8, min=1, help="Requests decoded together."),
     max_wait_ms: float = typer.Option(5.0, min=0.0, help="How long a request waits for others to join its batch."),
     threads: int = typer.Option(None, min=1, help="torch threads (default: torch's)."),
@@ -69,7 +74,8 @@ def serve_bench(
     max_batch: int = typer.Option(32, min=1, help="Server --max-batch."),
     max_wait_ms: float = typer.Option(5.0, min=0.0, help="Server --max-wait-ms."),
     threads: int = typer.Option(1, min=1, help="torch threads of the server (and of the in-process reference)."),
-    fmt: str | None = typer.Option(None, help="Answer format of the checkpoints; default: the one each recorded."),
+    fmt: AnswerFormat = typer.Option(None, "--format", "--fmt", help="Answer format of the checkpoints (default: the one "
+                                                                     "each recorded)."),
 ) -> None:
     """Loopback load test: a server per checkpoint on 127.0.0.1, 1 / 8 / 32 concurrent clients (bounded in requests
     and time), p50 / p99 latency and plans/s, against in-process decoding of the same scenes."""

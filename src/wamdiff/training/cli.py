@@ -1,4 +1,4 @@
-"""`wamdiff train --recipe configs/recipes/X.yaml [--set key=value ...] [--resume]`.
+"""`wamdiff train --recipe configs/recipes/<recipe>.yaml [--set key=value ...] [--resume]`.
 
 Runs in one process, or with several (the trainer reads the launch environment; optim.batch_size is global):
   CPU, one machine (gloo):  torchrun --nproc_per_node 2 -m wamdiff.cli train --recipe ...
@@ -55,7 +55,7 @@ def main(
 
 @app.command("throughput")
 def throughput(
-    preset: str = typer.Option("student", help="Model preset."),
+    preset: str = typer.Option("student", help="Model preset: a name in wamdiff.models.PRESETS."),
     kind: str = typer.Option("block", help="ar_sft | block."),
     block_size: int = typer.Option(16, help="Block size (block)."),
     batch_size: int = typer.Option(8, help="Samples per step."),

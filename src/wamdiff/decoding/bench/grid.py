@@ -1,7 +1,7 @@
 """The benchmark grid and its run: every (threads, compile, dtype, batch, B, tau, step cap, cache) point timed
 paired with AR on the same prompts.
 
-Honesty rules (DESIGN §2.2): same model object, dtype, cache class, compile setting and prompts for both
+Honesty rules (docs/concepts/decoding.md, "Measuring speed fairly"): same model object, dtype, cache class, compile setting and prompts for both
 decoders; a warm-up run before every timed configuration; only generated tokens (up to EOS) are counted;
 forwards per sample include the prefill and commits; the thread count is a grid dimension like dtype (AR and
 diffusion alike at each count; the headline takes the best of each side over all of them). Absolute tok/s drifts
@@ -33,8 +33,9 @@ from wamdiff.decoding.grammar import Grammar
 from wamdiff.driving.trajectory import FIXED_WIDTH_FORMATS, ORDINAL_FORMATS
 from wamdiff.models.precision import cast_model
 from wamdiff.decoding.lean import LEAN_MODES
+from wamdiff.names import CACHES, GRID_DTYPES
 
-DTYPES = {name: DTYPE_NAMES[name] for name in ("fp32", "bf16", "int8")}  # the grid's dtypes (int8: CPU only)
+DTYPES = {name: DTYPE_NAMES[name] for name in GRID_DTYPES}  # the grid's dtypes (int8: CPU only)
 
 
 def cast_copy(model, dtype: str, device):
@@ -87,7 +88,7 @@ class BenchGrid:
             self.threads = [self.threads]
         if not self.threads or any(not isinstance(t, int) or t < 0 for t in self.threads):
             raise ValueError(f"BenchGrid.threads: {self.threads} (use thread counts >= 1, or 0 = the process's count)")
-        bad = [c for c in self.caches if c not in ("exact", "delayed")]
+        bad = [c for c in self.caches if c not in CACHES]
         if bad:
             raise ValueError(f"BenchGrid.caches: unknown {bad} (use exact and/or delayed)")
         bad = [d for d in self.dtypes if d not in DTYPES]

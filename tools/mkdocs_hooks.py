@@ -1,0 +1,191 @@
+"""mkdocs hooks: the pages that are generated at build time, so they cannot drift from what they describe.
+
+- `reference/cli.md`: every `wamdiff` command and option, read from the typer app itself (names, choices,
+  defaults, help), the same objects `wamdiff <cmd> --help` prints;
+- `results/pipeline.md`, `results/parity.md`, `results/bench.md`: tables built from the result files under
+  `docs/results/` (the pipeline's `summary.csv`, the parity study's `paired.csv`, the benchmark's `bench.md`).
+
+Run by `mkdocs build` (`make docs`); nothing here touches the network.
+"""
+
+from __future__ import annotations
+
+import csv
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "docs" / "results"
+
+
+def on_files(files, config):
+    from mkdocs.structure.files import File
+
+    for path, text in pages().items():
+        files.append(File.generated(config, path, content=text))
+    return files
+
+
+GENERATED = ("reference/cli.md", "results/pipeline.md", "results/parity.md", "results/bench.md")  # under docs/
+
+
+def pages() -> dict[str, str]:
+    return {"reference/cli.md": cli_page(), "results/pipeline.md": pipeline_page(), "results/parity.md": parity_page(),
+            "results/bench.md": bench_page()}
+
+
+# ---- CLI reference -------------------------------------------------------------------------------------------
+
+def _cell(text) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ").strip()
+
+
+def _plain(text: str | None) -> str:
+    from rich.text import Text
+
+    return Text.from_markup(text or "").plain  # what the terminal shows ("\[ray]" -> "[ray]")
+
+
+def _commands():
+    """(path, click command) of every command, depth first, in the order `wamdiff --help` lists them."""
+    sys.path.insert(0, str(ROOT / "src"))
+    import typer
+
+    from wamdiff.cli import app
+
+    def walk(path, cmd):
+        yield path, cmd
+        for name in sorted(getattr(cmd, "commands", {})):
+            yield from walk(f"{path} {name}", cmd.commands[name])
+
+    yield from walk("wamdiff", typer.main.get_command(app))
+
+
+def _value(param, ctx) -> str:
+    """What the option takes, as its help shows it: `flag`, a type (`int range`, `path`) or the closed set `a|b`."""
+    if getattr(param, "is_flag", False):
+        return "flag"
+    shown = getattr(param, "display_type", "")
+    return str(shown(ctx) if callable(shown) else shown).strip("<>")
+
+
+def _default(param) -> str:
+    if getattr(param, "required", False):
+        return "required"
+    d = param.default
+    if d is None or d == () or d == []:
+        return ""
+    if isinstance(d, (list, tuple)):
+        return ", ".join(map(str, d))
+    return str(getattr(d, "value", d))
+
+
+def cli_page() -> str:
+    lines = ["# Command-line reference", "",
+             "Generated from the `wamdiff` typer app at build time: every command, option, accepted value and default "
+             "here is the one `wamdiff <command> --help` prints and the validation applies. A value list like "
+             "`ar|block` is the closed set the option accepts (from the code's registries, `wamdiff.cli_choices`). "
+             "Old spellings (`--fmt`, `--family`, `--block`) still work and appear after the canonical name.", ""]
+    for path, cmd in _commands():
+        if getattr(cmd, "hidden", False):
+            continue
+        from typer._click.core import Context  # typer's own click: its parameters render their type with a context
+
+        ctx = Context(cmd, info_name=path)
+        depth = min(path.count(" ") + 2, 4)
+        lines += [f"{'#' * depth} `{path}`", "", _plain(cmd.help or "").strip(), ""]
+        args = [p for p in cmd.params if p.param_type_name == "argument"]
+        opts = [p for p in cmd.params if p.param_type_name == "option" and not p.hidden and p.name != "help"]
+        if args:
+            lines += ["Arguments: " + ", ".join(f"`{p.name.upper()}`" + (f" ({_plain(getattr(p, 'help', ''))})"
+                                                                         if getattr(p, "help", None) else "")
+                                                for p in args), ""]
+        if opts:
+            lines += ["| option | value | default | what |", "|---|---|---|---|"]
+            for p in opts:
+                names = " / ".join(f"`{o}`" for o in [*p.opts, *p.secondary_opts])
+                lines.append(f"| {names} | {_cell(_value(p, ctx))} | {_cell(_default(p))} | {_cell(_plain(p.help))} |")
+            lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+# ---- results ---------------------------------------------------------------------------------------------------
+
+def _rows(path: Path) -> list[dict]:
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def _num(text: str, fmt: str) -> str:
+    if text in ("", None):
+        return "–"
+    try:
+        return format(float(text), fmt)
+    except ValueError:
+        return text
+
+
+PIPELINE_COLUMNS = [  # (csv column, header, format)
+    ("pdms", "PDMS", ".1f"), ("pdms_ci", "± 95 %", ".1f"), ("d_pdms", "ΔPDMS vs AR (paired 95 %)", ""),
+    ("c", "C", ".3f"), ("l2_1s", "L2@1s", ".2f"), ("l2_4s", "L2@4s", ".2f"), ("d_l2_4s", "ΔL2@4s vs AR (paired 95 %)", ""),
+    ("cl_success", "CL success %", ".0f"), ("cl_ci", "CL 95 %", ""), ("tpf_b1", "TPF", ".2f"), ("x_ar_b1", "× AR b1", ".2f"),
+]
+
+
+def pipeline_table(path: Path = RESULTS / "pipeline" / "summary.csv") -> str:
+    """The pipeline's headline table from its summary.csv (the README shows the same figures)."""
+    head = "| planner | " + " | ".join(h for _, h, _ in PIPELINE_COLUMNS) + " |"
+    lines = [head, "|---|" + "---:|" * len(PIPELINE_COLUMNS)]
+    for r in _rows(path):
+        lines.append(f"| {_cell(r['planner'])} | " + " | ".join(_cell(_num(r[c], f) if f else (r[c] or "–"))
+                                                           for c, _, f in PIPELINE_COLUMNS) + " |")
+    return "\n".join(lines)
+
+
+def pipeline_page() -> str:
+    return "\n".join([
+        "# Pipeline report", "",
+        "The latest run of `wamdiff pipeline --config configs/default.yaml` (`make pipeline`), the run the shipped "
+        "checkpoints come from. Table generated at build time from `docs/results/pipeline/summary.csv` (the same file "
+        "ships as `checkpoints/pipeline_summary.csv`). 200 test scenes (50 per family); closed loop on 40 routes (10 "
+        "per family); students decode one 17-token block in ≤ 4 forwards at τ 0.5 with the ordinal read-out unless the "
+        "row says otherwise. PDMS ± a normal-approximation 95 % interval over scenes; Δ columns paired against the AR "
+        "VLA over the same scenes; closed-loop success with its Wilson interval.", "",
+        pipeline_table(), "",
+        "The full report, with every column (sub-scores, per-variant splits, speed at batch 1/8/32, QA) and its plots: "
+        "[report.md](pipeline/report.md).", "",
+        "![L2 over the horizon](pipeline/l2_horizon.png)", "",
+        "![PDMS and its intervals](pipeline/quality_intervals.png)", ""])
+
+
+def parity_page() -> str:
+    rows = _rows(RESULTS / "parity_stop32" / "paired.csv")
+    ref = "model_ar_vla_mode-ar_batch-16"
+    student = next(r["planner"] for r in rows if r["planner"].startswith("model_hb2_"))
+    lines = ["# Parity study: the main student against the AR VLA", "",
+             "Paired differences, student (the two-seed average, fp32) minus the AR VLA, scene by scene (route by route "
+             "for the closed loop), with 95 % intervals; generated at build time from "
+             "`docs/results/parity_stop32/paired.csv` (`wamdiff eval paired` output). The study, its arms and what they "
+             "answer: [the parity study](../PARITY.md); the folder's own notes: "
+             "[parity_stop32](parity_stop32/README.md).", "",
+             "| split | metric | n | AR VLA | student | Δ (95 %) |", "|---|---|---:|---:|---:|---:|"]
+    means = {(r["split"], r["metric"], r["planner"]): r for r in rows}
+    for r in rows:
+        if r["planner"] != student:
+            continue
+        ar = means.get((r["split"], r["metric"], ref))
+        delta = (f"{float(r['delta']):+.3f} ({float(r['low']):+.3f}…{float(r['high']):+.3f})" if r.get("delta") else "–")
+        lines.append(f"| {r['split']} | {r['metric']} | {r['n']} | {_num(ar['mean'], '.3f') if ar else '–'} | "
+                     f"{_num(r['mean'], '.3f')} | {delta} |")
+    lines += ["", "![paired differences](parity_stop32/paired.png)", ""]
+    return "\n".join(lines)
+
+
+def bench_page() -> str:
+    text = (RESULTS / "bench" / "bench.md").read_text()
+    body = text.split("\n", 1)[1] if text.startswith("# ") else text
+    return "\n".join(["# Speed benchmark", "",
+                      "The latest `make bench` on the shipped `distill_block` against the shipped `ar_vla`, included at "
+                      "build time from `docs/results/bench/bench.md` (the benchmark's own output). How to read it and "
+                      "how it is measured: [Benchmark speed](../guides/benchmark.md).", "",
+                      "![bench](bench/bench.png)", "", "## The benchmark's report", "", body.replace("\n# ", "\n## ")])
