@@ -126,7 +126,7 @@ def create_app(engine, batching: BatchingConfig | None = None, *, batcher: Dynam
     async def plan(request: Request):
         if not gate.try_enter():
             return _error(503, f"overloaded: {gate.cap} plan requests in flight; retry after {RETRY_AFTER_S} s",
-                          {"Retry-After": str(RETRY_AFTER_S)})
+                          {"Retry-After": str(RETRY_AFTER_S), "Connection": "close"})  # shed the connection too
         t0 = time.perf_counter()
         try:
             return await _plan(request, t0)
