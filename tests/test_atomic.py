@@ -38,3 +38,39 @@ def test_numpy_writes_through_the_file_without_renaming_it(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["r.npz"]
     with np.load(path) as z:
         assert z["poses"].tolist() == [0.0, 1.0, 2.0]
+
+
+def test_an_os_error_that_names_no_file_is_raised_naming_the_file_being_written(tmp_path):
+    """A full disk (ENOSPC) names no file; the one-line error must say which file could not be written."""
+    import errno
+
+    from wamdiff.errors import describe
+
+    def disk_full(f):
+        f.write(b"x")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    target = tmp_path / "summary.json"
+    with pytest.raises(OSError) as err:
+        write_atomically(target, disk_full)
+    assert err.value.errno == errno.ENOSPC and err.value.filename == str(target)
+    assert describe(err.value) == f"{target}: No space left on device"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_full_device_itself_is_named(tmp_path):
+    """The same through a real device that is always full (Linux /dev/full), written by a plain `open`."""
+    import os
+
+    from wamdiff.errors import describe
+
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full")
+
+    def to_dev_full(f):
+        with open("/dev/full", "wb", buffering=0) as full:
+            full.write(b"x")
+
+    with pytest.raises(OSError) as err:
+        write_atomically(tmp_path / "x.json", to_dev_full)
+    assert str(tmp_path / "x.json") in describe(err.value) and "No space left" in describe(err.value)

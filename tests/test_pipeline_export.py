@@ -1,5 +1,6 @@
 """`wamdiff pipeline --export`: bf16 copies with provenance, and the pipeline's table only when it describes them."""
 
+import hashlib
 import json
 import os
 
@@ -24,7 +25,9 @@ def test_export_ships_the_report_table_only_if_written_after_every_exported_stag
     os.utime(summary, (1e9, 2e9))  # the table is newer than the stage: it is the table of these checkpoints
     os.utime(stage_file, (1e9, 1e9))
     dest = export_checkpoints(config, tmp_path / "ship", ["student"])
-    assert json.loads((dest / "PROVENANCE.json").read_text())["stages"]["student"] == {"steps": 3}
+    stage = json.loads((dest / "PROVENANCE.json").read_text())["stages"]["student"]
+    shipped = hashlib.sha256((dest / "student" / "model.safetensors").read_bytes()).hexdigest()
+    assert stage.pop("weights_sha256") == {"model.safetensors": shipped} and stage == {"steps": 3}
     assert (dest / "pipeline_summary.csv").read_text() == summary.read_text()
     assert json.loads((dest / "student" / "config.json").read_text())["dtype"] == "bfloat16"
 
@@ -72,4 +75,33 @@ def test_a_given_checkpoint_exported_onto_itself_is_left_untouched(tmp_path):
                                       "checkpoints": {"ar": str(ckpt)}}))
     export_checkpoints(config, ship, ["ar"])
     assert weights.stat().st_mtime == 1e9 and weights.read_bytes() == before
-    assert "ar" in json.loads((ship / "PROVENANCE.json").read_text())["stages"]
+    stage = json.loads((ship / "PROVENANCE.json").read_text())["stages"]["ar"]
+    assert stage["weights_sha256"] == {"model.safetensors": hashlib.sha256(before).hexdigest()}
+
+
+def test_stage_names_that_would_leave_the_export_folder_are_refused_before_anything_is_written(tmp_path):
+    from test_reliability_errors import assert_user_error, cli
+
+    config = tmp_path / "p.yaml"
+    config.write_text(yaml.safe_dump({"out": str(tmp_path / "run"), "data": {"fmt": "delta"}}))
+    ship = tmp_path / "ship" / "inner"
+    for bad in ("../x", "..", "a/b", "/abs"):
+        assert_user_error(cli("pipeline", "--config", config, "--export", ship, "--stages", bad), "--stages", repr(bad))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.yaml"]  # nothing written, not even the export folder
+
+
+def test_names_in_a_config_that_become_paths_are_checked_when_it_loads(tmp_path):
+    import pytest
+
+    from wamdiff.errors import UserError
+    from wamdiff.pipeline import Pipeline
+
+    base = {"out": str(tmp_path / "run"), "data": {"fmt": "delta"}}
+    for override, where in [({"train": [{"name": "../evil", "recipe": "r.yaml"}]}, "train: stage name"),
+                            ({"checkpoints": {"a/b": str(tmp_path)}}, "checkpoints"),
+                            ({"data": {"fmt": "delta", "variants": {"..": {"density": 1.0}}}}, "data.variants"),
+                            ({"data": {"fmt": "delta", "train_variants": {"x\ty": {}}}}, "data.train_variants")]:
+        config = tmp_path / "p.yaml"
+        config.write_text(yaml.safe_dump({**base, **override}))
+        with pytest.raises(UserError, match=where):
+            Pipeline.load(config)

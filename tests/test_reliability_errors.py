@@ -115,6 +115,12 @@ def test_truncated_scene_is_reported_and_skipped_by_eval(tmp_path):
     assert "1 unreadable scene file(s)" in res.stdout and "bad.npz" in res.stdout.replace("\n", "")
     agg = json.loads((out / "pdms_cv.json").read_text())
     assert agg["overall"]["n"] == 1 and [Path(u["file"]).name for u in agg["unreadable_files"]] == ["bad.npz"]
+    assert agg["n_unreadable"] == 1
+    for summary in ("pdms_summary.json", "openloop_summary.json"):  # counted in every summary, not only per planner
+        got = json.loads((out / summary).read_text())
+        assert (got["n_scenes"], got["n_unreadable"]) == (1, 1) and Path(got["unreadable_files"][0]["file"]).name == "bad.npz"
+    assert json.loads((out / "open_summary.json").read_text())["cv"]["n_unreadable"] == 1
+    assert "1 scenes, 1 unreadable scene file(s) skipped" in " ".join(res.stdout.split())  # and in the table's title
 
 
 def _impossible_out(tmp_path: Path) -> Path:

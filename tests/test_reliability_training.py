@@ -98,6 +98,25 @@ def test_corrupt_newest_checkpoint_falls_back_and_ends_identical(finished_run, r
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)  # bit-identical to the uninterrupted run
 
 
+def test_newest_checkpoint_with_other_weight_bytes_falls_back_and_ends_identical(finished_run, run_copy):
+    """Weight bytes changed under an intact header (its SHA256SUMS no longer matches): skipped like a truncated one."""
+    import numpy as np
+
+    run, recipe = run_copy
+    weights = run / "checkpoints" / "step-000004" / "model" / "model.safetensors"
+    raw = bytearray(weights.read_bytes())
+    start = 8 + int.from_bytes(raw[:8], "little")  # the tensors, after the JSON header
+    raw[start:] = np.random.default_rng(0).integers(0, 256, len(raw) - start, dtype=np.uint8).tobytes()
+    weights.write_bytes(bytes(raw))
+    with one_thread(), pytest.warns(UserWarning) as warned:
+        res = cli("train", "--recipe", recipe, "--resume")
+    assert res.exit_code == 0, res.stderr
+    text = " ".join(str(w.message) for w in warned)
+    assert str(weights) in text and "does not match" in text and "falling back to the older checkpoint" in text
+    a, b = state_dict_of(finished_run[0] / "final"), state_dict_of(run / "final")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
 def test_a_checkpoint_moved_aside_by_a_killed_save_is_put_back(run_copy):
     run, recipe = run_copy
     ckpts = run / "checkpoints"

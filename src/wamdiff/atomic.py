@@ -14,13 +14,18 @@ PARTIAL_SUFFIX = ".partial"
 
 def write_atomically(path: str | Path, write: Callable[[IO], None], text: bool = False) -> Path:
     """Call `write(file)` on a temporary beside `path` (binary, or UTF-8 text with `text`), then rename it to
-    `path`; creates the folder."""
+    `path`; creates the folder. An OSError that names no file (ENOSPC, EIO) is raised again naming `path`."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.{os.getpid()}{PARTIAL_SUFFIX}")  # the pid: two writers of one file never share it
     try:
         with (open(tmp, "w", encoding="utf-8", newline="") if text else open(tmp, "wb")) as f:
             write(f)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        if err.filename is None:  # a full disk's error names no file: name the one being written
+            raise OSError(err.errno, err.strerror or str(err), str(path)) from err
+        raise
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

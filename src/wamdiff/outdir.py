@@ -5,6 +5,9 @@ an OS lock, released by the kernel when the process dies, so a killed run never 
 Creating the lock file is the writability check: a read-only or impossible `--out` fails at once, before any
 simulation, training or planning. A second run on the same folder gets a `UserError` naming the run that
 holds it (pid, command, start time from `.wamdiff.lock.json`).
+
+`path_name(name, what)` checks a name that becomes a file or folder inside such a folder (a stage, a variant):
+one path component, so nothing is written outside the folders a user named.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Iterator
 from wamdiff.errors import UserError
 
 LOCK_FILE = ".wamdiff.lock"
+MAX_NAME_CHARS = 100
 OWNER_FILE = ".wamdiff.lock.json"
 
 
@@ -71,3 +75,17 @@ def claim_for_command(path: str | Path, *, option: str = "--out") -> Path:
     from typer._click.globals import get_current_context  # typer vendors click
 
     return get_current_context().with_resource(claim_output_dir(path, option=option))
+
+
+def path_name(name, what: str) -> str:
+    """`name` checked to be usable as one path component under a folder the user named (a stage, a variant, a
+    row that becomes `<folder>/<name>...`): a non-empty string with no separator, not `.` or `..`, no control
+    character. Else a UserError naming `what` (where it came from)."""
+    if not isinstance(name, str) or not name:
+        raise UserError(f"{what}: a name must be a non-empty string, got {name!r}")
+    bad = ("/" in name or "\\" in name or os.sep in name or (os.altsep and os.altsep in name) or name in (".", "..")
+           or any(ord(c) < 32 or ord(c) == 127 for c in name) or len(name) > MAX_NAME_CHARS)
+    if bad:
+        raise UserError(f"{what}: {name[:MAX_NAME_CHARS]!r} cannot name a file or folder (no '/', '\\', '..' or "
+                        f"control characters, at most {MAX_NAME_CHARS} characters); rename it")
+    return name

@@ -20,6 +20,7 @@ import yaml
 from rich.console import Console
 
 from wamdiff.jsonfile import write_json
+from wamdiff.outdir import path_name
 from wamdiff.provenance import provenance
 
 console = Console()
@@ -51,6 +52,7 @@ class Pipeline:
             trained = {s["name"] for s in cfg.get("train") or []}
             cfg["checkpoints"] = {k: v for k, v in cfg["checkpoints"].items() if k not in trained}
         p = cls(path, cfg, Path(cfg["out"]))
+        check_path_names(path, cfg)
         for spec in cfg.get("train") or []:
             if "average" in spec:
                 check_average_stage(path, spec)
@@ -161,6 +163,18 @@ class _ConfigLoader(yaml.SafeLoader):
 
 
 _ConfigLoader.add_constructor("!replace", lambda loader, node: _Replace(loader.construct_mapping(node, deep=True)))
+
+
+def check_path_names(path: Path, cfg: dict) -> None:
+    """Every name the pipeline turns into a file or folder (stages: `<out>/ckpt/<name>`, `<out>/stages/<name>.json`,
+    an export's `<dest>/<name>`; world variants: `<out>/data_variant_<name>`) is one plain path component."""
+    for spec in cfg.get("train") or []:
+        path_name(spec.get("name") if isinstance(spec, dict) else spec, f"{path}: train: stage name")
+    for name in cfg.get("checkpoints") or {}:
+        path_name(name, f"{path}: checkpoints")
+    for key in ("variants", "train_variants"):
+        for name in (cfg.get("data") or {}).get(key) or {}:
+            path_name(name, f"{path}: data.{key}")
 
 
 def _read_config(path: Path) -> dict:
@@ -483,7 +497,7 @@ def run_pipeline(config: str | Path, train_only: bool = False, stages: list[str]
 
 def export_checkpoints(config: str | Path, dest: str | Path, stages: list[str], from_scratch: bool = False) -> Path:
     """Copy finished stages' models to `dest` in bf16 (half the bytes; loaded back as fp32) with the provenance
-    (config, commit, stage metrics) and the pipeline's report table, for the demo to ship."""
+    (config, commit, stage metrics, the sha256 of each weight file) and the pipeline's report table, for the demo to ship."""
     import shutil
 
     import torch
@@ -491,6 +505,8 @@ def export_checkpoints(config: str | Path, dest: str | Path, stages: list[str], 
     from wamdiff.models import load_model, save_model
 
     p = Pipeline.load(config, from_scratch=from_scratch)
+    for stage in stages:  # `--stages ../x` would write beside dest, not in it: refused before anything is written
+        path_name(stage, "--stages")
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
     record = {"config": str(p.config_path), "config_text": p.config_path.read_text(), **provenance(), "stages": {}}
@@ -505,6 +521,7 @@ def export_checkpoints(config: str | Path, dest: str | Path, stages: list[str], 
             save_model(model.to(torch.bfloat16), tok, dest / stage)  # with src's image processor (image_processor_for)
         f = p.stage_file(stage)
         record["stages"][stage] = json.loads(f.read_text()) if f.exists() else {}
+        record["stages"][stage]["weights_sha256"] = _weights_sha256(dest / stage)
         finished = max(finished, f.stat().st_mtime if f.exists() else 0.0)
     write_json(dest / "PROVENANCE.json", record)
     summary, shipped = p.out / "report" / "summary.csv", dest / "pipeline_summary.csv"
@@ -513,6 +530,14 @@ def export_checkpoints(config: str | Path, dest: str | Path, stages: list[str], 
     else:  # a report older than a stage describes other checkpoints: ship none rather than a wrong one
         shipped.unlink(missing_ok=True)
     return dest
+
+
+def _weights_sha256(checkpoint: Path) -> dict[str, str]:
+    """The checkpoint's recorded weight sums, checked against its files (recorded now when it has none: a given
+    checkpoint exported onto itself keeps its weights file untouched, only SHA256SUMS is written beside it)."""
+    from wamdiff.models.checksums import read_checksums, record_checksums, verify_checksums
+
+    return verify_checksums(checkpoint) if read_checksums(checkpoint) else record_checksums(checkpoint)
 
 
 def run_demo(config: str | Path) -> dict:

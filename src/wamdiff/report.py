@@ -359,6 +359,9 @@ def write_report(p, results: dict) -> Path:
         "jumps % = plans whose waypoints imply more than 8 m/s² somewhere (`eval.consistency`: mutually "
         "inconsistent waypoints, e.g. a tens digit decided apart from its units).", "",
     ]
+    skipped = max((r.get("n_unreadable", 0) for r in ((results.get("open") or {}).get("planners") or {}).values()), default=0)
+    if skipped:  # a score over fewer test scenes than asked for says so next to the table
+        lines += [f"**{skipped} unreadable test scene file(s) were skipped** (listed in `eval/pdms_summary.json`).", ""]
     if bench:
         lines += ["## Decoding speed, side by side (AR VLA vs diffusion student, same prompts)", "",
                   bench.get("markdown", "```\n" + json.dumps(bench, indent=1, default=str)[:3000] + "\n```"), ""]

@@ -37,6 +37,11 @@ def _load(data: str, split: str | None, families: str | None, limit: int | None)
     return scenes, problems
 
 
+def _scene_count(scenes: list, problems: list) -> str:
+    """A table title's scene count, with the unreadable files that were skipped (they are in no score)."""
+    return f"{len(scenes)} scenes" + (f", {len(problems)} unreadable scene file(s) skipped" if problems else "")
+
+
 HEADERS = {"n_failed": "failed", "n_failed_plans": "failed plans", "n_fallback": "fallback"}  # headline counts
 
 
@@ -115,7 +120,7 @@ def pdms(
                             unreadable=problems, console=console)
     aggregates = {name: r["pdms"] for name, r in results.items()}
     metrics = [*METRICS, *(EPDMS_METRICS if epdms else ())]
-    _table("PDMS (" + next(iter(aggregates.values()))["version"] + ")", aggregates,
+    _table(f"PDMS ({next(iter(aggregates.values()))['version']}; {_scene_count(scenes, problems)})", aggregates,
            headline_columns(results, ["n_valid", "n_invalid", *metrics]), chunk=6)
     console.print(f"results in {out}/ (scoring speed: " +
                   ", ".join(f"{k} {v['plans_per_second']:.0f} plans/s" for k, v in aggregates.items()) + ")")
@@ -147,7 +152,7 @@ def openloop(
     relative_to = json.loads(Path(compare).read_text()) if compare else reference_planner
     results = evaluate_open(specs, scenes, out, OpenLoopSettings(pdms=None, batch=batch, relative_to=relative_to),
                             unreadable=problems, console=console)
-    _table("open loop", {n: r["openloop"] for n, r in results.items()},
+    _table(f"open loop ({_scene_count(scenes, problems)})", {n: r["openloop"] for n, r in results.items()},
            headline_columns(results, ["n_valid", "failure_rate", "l2_1.0s", "l2_2.0s", "l2_3.0s", "l2_4.0s", "ade", "fde",
                                       "collision_rate"]))
     console.print(f"results in {out}/")

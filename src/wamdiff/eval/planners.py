@@ -219,14 +219,21 @@ class HttpPlanner:
     """A planner server (`wamdiff serve`) behind `http://HOST:PORT`: one `POST /plan` per scene, up to `spec.batch`
     in flight at once so the server can batch them; the camera comes from its `GET /info`, so the closed loop
     renders what the served model expects. A refused request (4xx), a model failure (5xx) or a lost connection is
-    that scene's failed plan, with the server's one-line reason."""
+    that scene's failed plan, with the server's one-line reason. A server's bearer token is read from
+    `$WAMDIFF_SERVE_TOKEN` (`eval.wire.TOKEN_ENV`)."""
 
     def __init__(self, spec: PlannerSpec):
+        import os
+
         import httpx
+
+        from wamdiff.eval.wire import TOKEN_ENV
 
         self.spec = spec
         self.name = spec.text
+        token = os.environ.get(TOKEN_ENV)
         self._client = httpx.Client(base_url=spec.url, timeout=httpx.Timeout(HTTP_TIMEOUT_S, connect=HTTP_CONNECT_TIMEOUT_S),
+                                    headers={"Authorization": f"Bearer {token}"} if token else None,
                                     limits=httpx.Limits(max_connections=spec.batch, max_keepalive_connections=spec.batch))
         self._info = None
         self.info  # noqa: B018 - a server that does not answer is found now, like a missing checkpoint

@@ -75,6 +75,7 @@ def evaluate_open(planners: dict[str, PlannerSpec], scenes: list, out: str | Pat
     if not scenes:
         raise ValueError("evaluate_open: no scenes to evaluate")
     ev = PDMSEvaluator(settings.pdms) if settings.pdms is not None else None
+    skipped = unreadable_counts(unreadable)  # in every result and summary: a score over fewer scenes says so
     files = planner_files(planners)  # before any work: two planners must not share result files
     built = {name: (make_planner(spec, ev), fallback_planner(spec, ev)) for name, spec in planners.items()}  # 1.
     reference = settings.relative_to
@@ -105,7 +106,7 @@ def evaluate_open(planners: dict[str, PlannerSpec], scenes: list, out: str | Pat
             plans = plan_scenes(planner, scenes, batch=settings.batch, fallback=fallback,  # 3.
                                 progress=lambda n, task=task: prog.advance(task, n))
             plan_s = time.perf_counter() - t0
-            entry = {"spec": spec.text, "fallback": spec.fallback, "n_scenes": len(scenes), "plan_seconds": plan_s,
+            entry = {"spec": spec.text, "fallback": spec.fallback, "n_scenes": len(scenes), **skipped, "plan_seconds": plan_s,
                      "n_failed": sum(not p.ok for p in plans), "n_fallback": sum(bool(p.fallback) for p in plans),
                      "decode": _decode_stats(plans, spec.batch), "pdms": None,
                      "consistency": consistency_report(plans, scenes, getattr(spec, "fmt", None))}
@@ -123,7 +124,7 @@ def evaluate_open(planners: dict[str, PlannerSpec], scenes: list, out: str | Pat
                 score_s = time.perf_counter() - t0
                 agg = aggregate(rows, epdms=settings.pdms.epdms, config=settings.pdms)
                 agg.update(planner=name, spec=spec.text, plan_seconds=plan_s, score_seconds=score_s,
-                           plans_per_second=len(rows) / max(score_s, 1e-9), unreadable_files=unreadable or [])
+                           plans_per_second=len(rows) / max(score_s, 1e-9), **skipped)
                 write_csv(rows, out / f"pdms_{file}.csv")
                 write_json(out / f"pdms_{file}.json", agg)
                 entry["pdms"], rows_by[name] = agg, rows
@@ -131,7 +132,7 @@ def evaluate_open(planners: dict[str, PlannerSpec], scenes: list, out: str | Pat
             ref = results[reference]["openloop"] if isinstance(reference, str) and name != reference else (
                 reference if isinstance(reference, dict) else None)
             entry["openloop"] = aggregate_openloop(ol_rows, ref)
-            entry["openloop"]["planner"] = name
+            entry["openloop"].update(planner=name, **skipped)
             write_csv(ol_rows, out / f"openloop_{file}.csv")
             write_json(out / f"openloop_{file}.json", entry["openloop"])
             write_json(out / f"plans_{file}.json", _plans_json(plans, scenes))
@@ -147,6 +148,11 @@ def evaluate_open(planners: dict[str, PlannerSpec], scenes: list, out: str | Pat
     if ev is not None:
         _plot_open(out, results, plans_by, rows_by, scenes, settings.plots, settings.pdms.epdms)
     return results
+
+
+def unreadable_counts(unreadable: list | None) -> dict:
+    """The scene files that were skipped because they could not be read: their count and which ones."""
+    return {"n_unreadable": len(unreadable or []), "unreadable_files": list(unreadable or [])}
 
 
 def _plans_json(plans: list, scenes: list) -> dict:
@@ -181,11 +187,13 @@ def combine_closed(out: str | Path, results: dict) -> None:
 
 def _write_open_summaries(out: Path, results: dict, plans_by: dict, scenes: list, timings: dict) -> None:
     ol = next(iter(results.values()))["openloop"]
-    write_json(out / "openloop_summary.json", {"version": ol["version"],
+    skipped = unreadable_counts(next(iter(results.values())).get("unreadable_files"))  # one scene set for all rows
+    write_json(out / "openloop_summary.json", {"version": ol["version"], "n_scenes": len(scenes), **skipped,
                                                "planners": {n: r["openloop"] for n, r in results.items()}})
     if all(r["pdms"] is not None for r in results.values()):
         write_json(out / "pdms_summary.json", {
-            "version": next(iter(results.values()))["pdms"]["version"], "timings": timings,
+            "version": next(iter(results.values()))["pdms"]["version"], "n_scenes": len(scenes), **skipped,
+            "timings": timings,
             "planners": {n: {k: r["pdms"][k] for k in ("overall", "per_family")} for n, r in results.items()}})
     write_json(out / "open_summary.json", results)
     write_json(out / "plans.json", {"scene_ids": [s.scene_id for s in scenes], "families": [s.family for s in scenes],

@@ -12,6 +12,9 @@ Response (200): {"waypoints": [[x, y]] * 8 | null, "ok": bool, "reason": str, "t
 "timing": {"queue_ms", "decode_ms", "total_ms", "batch_size", "forwards", "new_tokens", "tpf"}}. `ok` false: the
 model answered but its text is no usable trajectory (a failed plan; `reason` says why, `text` is what it said).
 Errors: 4xx for a bad request, 5xx when the model failed on this request; the body is {"error": one line}.
+
+A request is checked before its image is decoded: the PNG header (IHDR) must declare the camera's size (or, with no
+size given, at most `MAX_IMAGE_PIXELS`), 8-bit RGB, so a small file that inflates to gigabytes is refused unread.
 """
 
 from __future__ import annotations
@@ -29,6 +32,10 @@ from wamdiff.driving.scene import COMMANDS, HISTORY_STEPS
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 MAX_BODY_BYTES = 4 * 1024 * 1024
+MAX_IMAGE_PIXELS = 1024 * 1024  # with no camera size to match: 3 MB decoded at most
+PNG_COLOUR_TYPES = {0: "L", 2: "RGB", 3: "P", 4: "LA", 6: "RGBA"}  # IHDR colour type -> the PIL mode it decodes to
+TOKEN_ENV = "WAMDIFF_SERVE_TOKEN"  # the bearer token: `wamdiff serve` requires it, the `http://` planner sends it
+MAX_NUMBER_CHARS = 64  # a number sent as text: longer is no measurement
 MAX_SPEED = 60.0  # m/s per component (216 km/h): beyond it a value is most likely in the wrong unit
 MAX_ACCEL = 20.0  # m/s^2 per component (2 g)
 JSON_FIELDS = ("image", "command", "velocity", "acceleration")
@@ -82,10 +89,14 @@ def scene_request(scene) -> dict:
 def _number(value, field: str, bound: float) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise BadRequest(422, f"field {field}: expected a number, got {type(value).__name__}")
+    if isinstance(value, str) and len(value) > MAX_NUMBER_CHARS:
+        raise BadRequest(422, f"field {field}: a number of {len(value)} characters (at most {MAX_NUMBER_CHARS})")
     try:
         v = float(value)
     except ValueError:
-        raise BadRequest(422, f"field {field}: {value!r} is not a number") from None
+        raise BadRequest(422, f"field {field}: {value[:40]!r} is not a number") from None
+    except OverflowError:  # an integer beyond float's range
+        raise BadRequest(422, f"field {field}: out of range [-{bound:g}, {bound:g}]") from None
     if not math.isfinite(v):
         raise BadRequest(422, f"field {field}: {value!r} is not finite")
     if abs(v) > bound:
@@ -105,22 +116,38 @@ def _command(value) -> str:
     return value
 
 
-def decode_image(png: bytes, size: int | None) -> np.ndarray:
-    """The RGB image of PNG bytes; `size`: the side the model's camera has (None: any)."""
-    from PIL import Image, UnidentifiedImageError
-
+def png_header(png: bytes) -> tuple[int, int, int, int]:
+    """(width, height, bit depth, colour type) from a PNG's IHDR chunk, read without decoding a pixel."""
     if not png.startswith(PNG_SIGNATURE):
         raise BadRequest(400, "field image: not a PNG (no PNG signature)")
+    ihdr = png[len(PNG_SIGNATURE): len(PNG_SIGNATURE) + 8 + 13]  # length, type, then the 13 header bytes
+    if len(ihdr) < 21 or ihdr[4:8] != b"IHDR":
+        raise BadRequest(400, "field image: undecodable PNG (no IHDR header chunk first)")
+    width, height = int.from_bytes(ihdr[8:12], "big"), int.from_bytes(ihdr[12:16], "big")
+    return width, height, ihdr[16], ihdr[17]
+
+
+def decode_image(png: bytes, size: int | None) -> np.ndarray:
+    """The RGB image of PNG bytes; `size`: the side the model's camera has (None: any, up to MAX_IMAGE_PIXELS).
+    The header is checked first, so only an image of the accepted size and kind is ever decoded."""
+    from PIL import Image, UnidentifiedImageError
+
+    width, height, depth, colour = png_header(png)
+    if colour != 2 or depth != 8:
+        kind = PNG_COLOUR_TYPES.get(colour, f"colour type {colour}") + ("" if depth == 8 else f" {depth}-bit")
+        raise BadRequest(422, f"field image: PNG mode {kind}, expected RGB (8-bit)")
+    if size is not None and (width, height) != (size, size):
+        raise BadRequest(422, f"field image: {width}x{height} pixels, the model's camera takes {size}x{size}")
+    if width * height > MAX_IMAGE_PIXELS or not width or not height:
+        raise BadRequest(422, f"field image: {width}x{height} pixels (at most {MAX_IMAGE_PIXELS} pixels)")
     try:
         with Image.open(io.BytesIO(png)) as im:
             im.load()
             mode, arr = im.mode, np.asarray(im)
-    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as err:
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError, Image.DecompressionBombError) as err:
         raise BadRequest(400, f"field image: undecodable PNG ({' '.join(str(err).split())[:80]})") from None
-    if mode != "RGB":
-        raise BadRequest(422, f"field image: PNG mode {mode}, expected RGB")
-    if size is not None and arr.shape[:2] != (size, size):
-        raise BadRequest(422, f"field image: {arr.shape[1]}x{arr.shape[0]} pixels, the model's camera takes {size}x{size}")
+    if mode != "RGB" or arr.shape[:2] != (height, width):  # PIL read the same header: a mismatch is a broken file
+        raise BadRequest(400, f"field image: undecodable PNG (decoded as {mode} {arr.shape[1]}x{arr.shape[0]})")
     return np.ascontiguousarray(arr, np.uint8)
 
 
@@ -136,8 +163,10 @@ def _check_fields(given, expected: tuple[str, ...], what: str) -> None:
 def parse_json_request(body: bytes, size: int | None) -> PlanInput:
     try:
         data = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise BadRequest(400, f"body is not valid JSON ({err})") from None
+    except RecursionError:
+        raise BadRequest(400, "body is not valid JSON (nested too deeply)") from None
+    except ValueError as err:  # JSONDecodeError, bad UTF-8, an integer of more digits than Python converts
+        raise BadRequest(400, f"body is not valid JSON ({' '.join(str(err).split())[:120]})") from None
     if not isinstance(data, dict):
         raise BadRequest(400, f"body must be a JSON object with fields {', '.join(JSON_FIELDS)}")
     _check_fields(data, JSON_FIELDS, "field")

@@ -19,6 +19,7 @@ from transformers import (
 
 from wamdiff.diffusion.attention import install_attention
 from wamdiff.errors import UserError
+from wamdiff.models.checksums import forget_checksums, record_checksums, verify_checksums
 from wamdiff.models import tokens as T
 from wamdiff.models.image_geometry import image_processor_for, image_tokens
 from wamdiff.models.tokenizer import add_special_tokens
@@ -118,14 +119,23 @@ def count_parameters(model) -> dict[str, int]:
 
 def save_model(model, tokenizer, path, image_processor=None) -> Path:
     """save_pretrained (safetensors) of model + tokenizer (+ image processor for vision models: the one given,
-    else `image_processor_for(model)`, so every saved vision checkpoint carries its geometry)."""
+    else `image_processor_for(model)`, so every saved vision checkpoint carries its geometry), and the weights'
+    sha256 (`models.checksums`), checked when the directory loads."""
     path = Path(path)
     processor = (image_processor or image_processor_for(model)) if is_vision_model(model) else None
     path.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    if processor is not None:
-        processor.save_pretrained(path)
+    try:
+        forget_checksums(path)
+        model.save_pretrained(path)
+        record_checksums(path)
+        tokenizer.save_pretrained(path)
+        if processor is not None:
+            processor.save_pretrained(path)
+    except (OSError, SafetensorError) as err:  # a full disk: safetensors and transformers name no file
+        if isinstance(err, OSError) and err.filename is not None:
+            raise
+        raise UserError(f"{path}: cannot save the model ({type(err).__name__}: {' '.join(str(err).split())[:200]}); "
+                        "free space or choose another folder") from err
     return path
 
 
@@ -138,6 +148,7 @@ def _model_class(config):
 
 def load_model(path, *, dtype=torch.float32):
     """Load a saved wamdiff model or a local HF Qwen3-VL / Qwen3 checkpoint directory -> (model, tokenizer).
+    Weights recorded in the directory's `SHA256SUMS` are checked first (a mismatch: a one-line UserError).
 
     dtype: the weights' dtype (a torch dtype, or "auto" = as stored). Special tokens a foreign checkpoint lacks
     are added to its tokenizer and the embeddings resized when the vocabulary is too small for them.
@@ -147,6 +158,7 @@ def load_model(path, *, dtype=torch.float32):
         raise ValueError(f"{path}: not a model directory (no config.json)")
     if not any((path / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "vocab.json")):
         raise ValueError(f"{path}: no tokenizer files next to the model (save with wamdiff.models.save_model)")
+    verify_checksums(path)  # weights changed since they were saved: refused here, not scored PDMS 0 later
     try:
         config = AutoConfig.from_pretrained(path)
         model = _model_class(config).from_pretrained(path, dtype=dtype)

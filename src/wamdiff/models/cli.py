@@ -101,3 +101,40 @@ def info(
         info.update({f"flops_{k}" if k != "prompt_tokens" else k: v
                      for k, v in plan_flops(model, tokenizer, block_size=block_size, steps=steps).items()})
     _show(info, str(path))
+
+
+@app.command()
+def verify(
+    path: Path = typer.Argument(..., help="Checkpoint directory."),
+    record: bool = typer.Option(False, "--record", help="Record the weights as they are now (SHA256SUMS) instead of "
+                                                        "checking them: only for weights you trust."),
+) -> None:
+    """Check the sha256 of a checkpoint's weight files against its SHA256SUMS and, for an exported checkpoint, the
+    `weights_sha256` of its stage in ../PROVENANCE.json. A mismatch is a one-line error (exit 2)."""
+    from wamdiff.errors import UserError
+    from wamdiff.models.checksums import read_checksums, record_checksums, verify_checksums
+
+    if not path.is_dir():
+        raise UserError(f"{path}: not a directory")
+    if record:
+        for name, digest in record_checksums(path).items():
+            console.print(f"{digest}  {path / name}")
+        return
+    recorded = read_checksums(path)
+    if recorded is None:
+        raise UserError(f"{path}: no SHA256SUMS (saved before weights were recorded, or not by wamdiff); record the "
+                        f"weights you trust with `wamdiff model verify {path} --record`")
+    verify_checksums(path, recorded)
+    sources = ["SHA256SUMS"]
+    provenance = path.resolve().parent / "PROVENANCE.json"
+    if provenance.is_file():  # an exported checkpoint: its stage's entry must agree too
+        import json
+
+        try:
+            stage = (json.loads(provenance.read_text()).get("stages") or {}).get(path.resolve().name) or {}
+        except ValueError as err:
+            raise UserError(f"{provenance}: not valid JSON ({err})") from None
+        if stage.get("weights_sha256"):
+            verify_checksums(path, stage["weights_sha256"], source=str(provenance))
+            sources.append(str(provenance))
+    console.print(f"{path}: {len(recorded)} weight file(s) match the sha256 recorded in {' and '.join(sources)}")

@@ -4,7 +4,8 @@ One decoder thread takes the oldest waiting request and, with it, every request 
 `max_batch` are waiting or the oldest has waited `max_wait_ms`; requests that queued while the decoder was busy
 have waited already and go at once. A request that comes alone after a lone batch (one client at a time) goes at
 once too: waiting for company that has not shown up for a whole batch only adds latency. The batch is one
-`run_batch(items)` call. If that call raises, each request of the batch is run again alone, so a request the model
+`run_batch(items)` call. A request cancelled before its batch starts (its client left) is dropped, never decoded.
+If that call raises, each request of the batch is run again alone, so a request the model
 fails on gets its own error and the others their results.
 
 Why no continuous batching (a finished sample leaving at a block boundary, a waiting request joining): `decoding`
@@ -55,10 +56,12 @@ class BatcherStats:
     batches: int = 0
     failed: int = 0  # requests whose run raised
     isolated: int = 0  # batches that raised and were run again request by request
+    abandoned: int = 0  # requests cancelled before their batch (the client left): not decoded
     sizes: dict = field(default_factory=dict)  # batch size -> count
 
     def as_dict(self) -> dict:
         return {"requests": self.requests, "batches": self.batches, "failed": self.failed, "isolated_batches": self.isolated,
+                "abandoned": self.abandoned,
                 "mean_batch": self.requests / self.batches if self.batches else None,
                 "batch_sizes": {str(k): v for k, v in sorted(self.sizes.items())}}
 
@@ -66,8 +69,10 @@ class BatcherStats:
 class DynamicBatcher:
     """`submit(value) -> Future` of `(result, BatchTiming)`; `run_batch(values) -> results` runs on one thread."""
 
-    def __init__(self, run_batch: Callable[[list], list], config: BatchingConfig = BatchingConfig(), *, start: bool = True):
-        self.run_batch, self.config = run_batch, config
+    def __init__(self, run_batch: Callable[[list], list], config: BatchingConfig = BatchingConfig(), *, start: bool = True,
+                 on_batch: Callable[[int, float], None] | None = None):
+        """`on_batch(size, decode_s)`: called after each batch is decoded (the server's metrics)."""
+        self.run_batch, self.config, self.on_batch = run_batch, config, on_batch
         self.stats = BatcherStats()
         self._queue: queue.Queue[_Item] = queue.Queue()
         self._stop = threading.Event()
@@ -90,7 +95,8 @@ class DynamicBatcher:
                 item = self._queue.get_nowait()
             except queue.Empty:
                 break
-            item.future.set_exception(RuntimeError("the server is shutting down"))
+            if item.future.set_running_or_notify_cancel():
+                item.future.set_exception(RuntimeError("the server is shutting down"))
 
     @property
     def waiting(self) -> int:
@@ -103,6 +109,13 @@ class DynamicBatcher:
         self._queue.put(item)
         return item.future
 
+    def _claim(self, item: _Item) -> bool:
+        """Mark the request as running (it can no longer be cancelled); False when it was cancelled already."""
+        if item.future.set_running_or_notify_cancel():
+            return True
+        self.stats.abandoned += 1
+        return False
+
     def _collect(self, first: _Item) -> list[_Item]:
         batch = [first]
         if self._alone and self._queue.empty():
@@ -111,9 +124,11 @@ class DynamicBatcher:
         while len(batch) < self.config.max_batch:
             left = deadline - time.perf_counter()
             try:
-                batch.append(self._queue.get(timeout=left) if left > 0 else self._queue.get_nowait())
+                item = self._queue.get(timeout=left) if left > 0 else self._queue.get_nowait()
             except queue.Empty:
                 break
+            if self._claim(item):
+                batch.append(item)
         return batch
 
     def _loop(self) -> None:
@@ -121,6 +136,8 @@ class DynamicBatcher:
             try:
                 first = self._queue.get(timeout=0.1)
             except queue.Empty:
+                continue
+            if not self._claim(first):
                 continue
             batch = self._collect(first)
             self._run(batch)
@@ -150,6 +167,8 @@ class DynamicBatcher:
                     it.future.set_result((result, BatchTiming(t0 - it.arrived, time.perf_counter() - t0, 1)))
             return
         decode = time.perf_counter() - start
+        if self.on_batch is not None:
+            self.on_batch(len(batch), decode)
         for it, result in zip(batch, results):
             it.future.set_result((result, BatchTiming(start - it.arrived, decode, len(batch))))
 

@@ -85,6 +85,7 @@ def server_process(checkpoint: Path, mode: str, settings: BenchSettings, log: Pa
     cmd = [sys.executable, "-m", "wamdiff.cli", "serve", "--checkpoint", str(checkpoint), "--mode", mode,
            "--host", "127.0.0.1", "--port", str(port), "--max-batch", str(settings.max_batch),
            "--max-wait-ms", str(settings.max_wait_ms), "--threads", str(settings.threads),
+           "--max-in-flight", str(max(settings.clients)),  # every client of the largest level is served, none refused
            *(["--fmt", settings.fmt] if settings.fmt else [])]
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "w") as err:

@@ -37,29 +37,51 @@ def serve(
     max_batch: int = typer.Option(8, min=1, help="Requests decoded together."),
     max_wait_ms: float = typer.Option(5.0, min=0.0, help="How long a request waits for others to join its batch."),
     threads: int = typer.Option(None, min=1, help="torch threads (default: torch's)."),
+    max_in_flight: int = typer.Option(32, min=1, help="Plan requests handled at once; more are answered 503 (retry)."),
+    read_timeout: float = typer.Option(10.0, min=0.001, max=3600, help="Seconds a request's headers, then its body, "
+                                                                        "may take to arrive (else 408)."),
+    keep_alive: float = typer.Option(5.0, min=1, max=3600, help="Seconds an idle connection is kept open."),
+    token: str = typer.Option(None, envvar="WAMDIFF_SERVE_TOKEN", help="Bearer token the requests must carry "
+                              "(required beyond loopback: generated and printed when not given)."),
 ) -> None:
     """Serve a checkpoint: POST /plan (camera PNG + command + ego velocity / acceleration -> 8 waypoints), GET /health,
-    GET /info. Concurrent requests are batched."""
+    GET /info, GET /metrics (Prometheus), docs at /docs. Concurrent requests are batched."""
     import uvicorn
 
     from wamdiff.serve.app import create_app
     from wamdiff.serve.batcher import BatchingConfig
     from wamdiff.serve.engine import PlannerEngine, ServeSettings
+    from wamdiff.serve.guards import ServerLimits, is_loopback, new_token
+    from wamdiff.serve.server import bind, bound_port, server_config
 
+    generated = token is None and not is_loopback(host)
+    try:
+        limits = ServerLimits(read_timeout_s=read_timeout, keep_alive_s=keep_alive, max_in_flight=max_in_flight,
+                              token=new_token() if generated else token)
+    except ValueError as err:
+        raise UserError(str(err)) from None
+    try:  # before the model loads: a port in use is found at once
+        sock = bind(host, port)
+    except OSError as err:
+        raise UserError(f"--host {host} --port {port}: cannot listen there ({err.strerror or err})") from None
     batching = BatchingConfig(max_batch, max_wait_ms)
     try:
         settings = ServeSettings(checkpoint, mode, fmt, _decode_options(block, threshold, steps, dtype), max_batch,
                                  max_wait_ms, threads)
         engine = PlannerEngine(settings)
     except ValueError as err:
+        sock.close()
         raise UserError(str(err)) from None
     info = engine.info()
+    shown = f"[{host}]" if ":" in host else host
     typer.echo(f"wamdiff serve: {checkpoint} ({info['mode']}, B={info['block_size']}, tau={info['threshold']}, "
-               f"{info['dtype']}, max batch {max_batch}, wait {max_wait_ms:g} ms) on http://{host}:{port}", err=True)
-    try:
-        uvicorn.run(create_app(engine, batching), host=host, port=port, log_level="warning", access_log=False)
-    except SystemExit as err:  # uvicorn exits 1 when it cannot bind
-        raise UserError(f"--host {host} --port {port}: cannot listen there (in use, or not this machine's)") from err
+               f"{info['dtype']}, max batch {max_batch}, wait {max_wait_ms:g} ms, at most {max_in_flight} in flight)", err=True)
+    if generated:
+        typer.echo(f"wamdiff serve: listening beyond loopback; requests need 'Authorization: Bearer {limits.token}' "
+                   "(or pass --token / set WAMDIFF_SERVE_TOKEN)", err=True)
+    typer.echo(f"wamdiff serve: listening on http://{shown}:{bound_port(sock)} (docs at /docs)", err=True)
+    uvicorn.Server(server_config(create_app(engine, batching, limits=limits), host, bound_port(sock), limits)).run(
+        sockets=[sock])
 
 
 @app.command("serve-bench")

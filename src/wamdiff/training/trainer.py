@@ -452,8 +452,12 @@ class Trainer:
             if self.recipe.model.dtype == "bf16" and needs_fp32_compute(self.accelerator.device):
                 upcast_frozen_weights(self.unwrapped)  # the final evaluation runs at fp32 speed too
         else:
+            from wamdiff.models.checksums import forget_checksums, record_checksums
+
             directory.mkdir(parents=True, exist_ok=True)
+            forget_checksums(directory)
             self.unwrapped.save_pretrained(directory, state_dict=state_dict)
+            record_checksums(directory)
             self.tokenizer.save_pretrained(directory)
             if hasattr(self.unwrapped.config, "vision_config"):
                 self.image_processor.save_pretrained(directory)
@@ -511,6 +515,7 @@ class Trainer:
     def _pick_checkpoint(self) -> ckpt.TrainingState | None:
         """The newest checkpoint that reads back whole; a broken newer one is skipped with a warning."""
         from wamdiff.models.build import unreadable_weights
+        from wamdiff.models.checksums import verify_checksums
 
         r = self.recipe
         done, where = self._steps_done()
@@ -535,6 +540,7 @@ class Trainer:
                     bad = None if self.sharded_launch else unreadable_weights(path / "model")
                     if bad is not None or not (path / "model" / "config.json").is_file():
                         raise UserError(f"{bad or path / 'model'}: unreadable model weights")
+                    verify_checksums(path / "model")  # bytes changed under an intact header: fall back too
             except UserError as err:
                 problems.append(str(err))
                 if self.is_main:
