@@ -500,6 +500,10 @@ def export_checkpoints(config: str | Path, dest: str | Path, stages: list[str], 
         shutil.copyfile(summary, shipped)
     else:  # a report older than a stage describes other checkpoints: ship none rather than a wrong one
         shipped.unlink(missing_ok=True)
+    from wamdiff.models.card import write_model_card
+
+    for stage in stages:  # README.md model cards, the measured table from the summary just shipped (if any)
+        write_model_card(dest / stage, summary_csv=shipped, provenance_json=dest / "PROVENANCE.json", stage=stage)
     return dest
 
 
