@@ -16,6 +16,9 @@ $(STAMP): requirements.txt pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q $(if $(wildcard /opt/wheels),--find-links /opt/wheels) torch==2.13.0
 	$(BIN)/pip install -q -r requirements.txt  # includes ray, the optional extra wamdiff[ray], so the Ray tests run
+	@# pygame and pygame-ce write one pygame/ folder: a venv that had pygame gets pygame-ce's files back whole
+	if $(BIN)/pip show -q pygame 2>/dev/null; then $(BIN)/pip uninstall -q -y pygame && \
+		$(BIN)/pip install -q --force-reinstall --no-deps $$(grep '^pygame-ce==' requirements.txt | cut -d' ' -f1); fi
 	$(BIN)/pip install -q --no-deps -e .
 	touch $(STAMP)
 
