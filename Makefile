@@ -18,6 +18,9 @@ $(STAMP): requirements.txt requirements-docs.txt pyproject.toml
 	$(BIN)/pip install -q $(if $(wildcard /opt/wheels),--find-links /opt/wheels) torch==2.13.0
 	$(BIN)/pip install -q -r requirements.txt  # includes ray, the optional extra wamdiff[ray], so the Ray tests run
 	$(BIN)/pip install -q -r requirements-docs.txt  # the docs site, built by `make test`
+	@# pygame and pygame-ce write one pygame/ folder: a venv that had pygame gets pygame-ce's files back whole
+	if $(BIN)/pip show -q pygame 2>/dev/null; then $(BIN)/pip uninstall -q -y pygame && \
+		$(BIN)/pip install -q --force-reinstall --no-deps $$(grep '^pygame-ce==' requirements.txt | cut -d' ' -f1); fi
 	$(BIN)/pip install -q --no-deps -e .
 	touch $(STAMP)
 

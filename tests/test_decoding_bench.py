@@ -427,3 +427,56 @@ def test_a_one_step_cap_is_timed_once_whatever_tau():
     ids = [[g.token_ids for g in generate(model, tok, prompts, grid.block_config((4, tau, 1, "exact")))]
            for tau in (0.5, 0.9, 0.999)]
     assert ids[0] == ids[1] == ids[2] and all(len(i) > 1 for i in ids[0])
+
+
+def _forbid(monkeypatch, *targets):
+    """Each (module, name) raises when called: a measurement the run was told not to make."""
+    for module, name in targets:
+        def refuse(*a, _name=name, **k):
+            raise AssertionError(f"{_name} was called")
+        monkeypatch.setattr(module, name, refuse)
+
+
+def test_no_step_cost_measures_no_step_cost_model(tmp_path, monkeypatch):
+    """--no-step-cost: neither the step-cost ratios nor (for the roofline) the machine's cost model are measured;
+    with no cost model cached the roofline is left out and says so. A second run after one that measured the cost
+    model uses the cached one for its roofline, still measuring nothing."""
+    from wamdiff.decoding import cost_model
+    from wamdiff.decoding.bench import analysis, grid
+
+    monkeypatch.setenv("WAMDIFF_CACHE", str(tmp_path / "cache"))
+    args = ["--preset", "tiny", "--batch", "1", "--blocks", "4", "--taus", "0.9", "--dtypes", "fp32",
+            "--max-new-tokens", "8", "--n-prompts", "2", "--caches", "exact", "--confirm-repeats", "0"]
+    with monkeypatch.context() as m:
+        _forbid(m, (analysis, "step_costs_for"), (cost_model, "measure_step_costs"), (grid, "step_cost"))
+        res = CliRunner().invoke(app, [*args, "--no-step-cost", "--out", str(tmp_path / "a")])
+    assert res.exit_code == 0, res.output
+    got = json.loads((tmp_path / "a" / "bench.json").read_text())
+    assert got["step_cost"] == [] and "roofline" not in got and "roofline skipped" in res.output
+
+    res = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "b")])  # measures (and caches) the cost model
+    assert res.exit_code == 0, res.output
+    assert json.loads((tmp_path / "b" / "bench.json").read_text())["step_cost"]
+    with monkeypatch.context() as m:
+        _forbid(m, (analysis, "step_costs_for"), (cost_model, "measure_step_costs"), (grid, "step_cost"))
+        res = CliRunner().invoke(app, [*args, "--no-step-cost", "--out", str(tmp_path / "c")])
+    assert res.exit_code == 0, res.output
+    got = json.loads((tmp_path / "c" / "bench.json").read_text())
+    assert got["step_cost"] == [] and got["roofline"]["rows"]
+
+
+def test_quick_measures_the_shrunken_grid_and_nothing_else(tmp_path, monkeypatch):
+    """--quick: the grid of batch 1, B 8 and 32, tau 0.9, fp32, and no step costs, cost model or paired re-timing."""
+    from wamdiff.decoding import cost_model
+    from wamdiff.decoding.bench import analysis, confirm, grid
+
+    monkeypatch.setenv("WAMDIFF_CACHE", str(tmp_path / "cache"))
+    _forbid(monkeypatch, (analysis, "step_costs_for"), (cost_model, "measure_step_costs"), (grid, "step_cost"),
+            (confirm, "confirm_headline"))
+    res = CliRunner().invoke(app, ["--preset", "tiny", "--quick", "--n-prompts", "1", "--max-steps", "4",
+                                   "--caches", "exact", "--out", str(tmp_path / "q")])
+    assert res.exit_code == 0, res.output
+    got = json.loads((tmp_path / "q" / "bench.json").read_text())
+    assert sorted((r["batch"], r["block_size"], r["threshold"], r["dtype"]) for r in got["rows"]) == [
+        (1, 8, 0.9, "fp32"), (1, 32, 0.9, "fp32")]
+    assert got["step_cost"] == [] and "roofline" not in got and "confirmed" not in got

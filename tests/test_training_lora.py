@@ -102,12 +102,18 @@ def test_lora_trains_adapters_and_added_tokens_only_and_merges_exactly(tmp_path,
         t.logger.close()
     merged, _ = load_model(final)
     untrained, _ = load_model(init)
+    from peft import PeftModel  # the adapters beside the merged model, in peft's own layout, on the recipe's init
+
+    adapted = PeftModel.from_pretrained(load_model(init)[0], final / "adapter").eval()
     with torch.no_grad():
         after = diffusion_forward(merged, x0=batch.batch.x0, xt=batch.xt, block_size=4, **kw)
         start = diffusion_forward(untrained, x0=batch.batch.x0, xt=batch.xt, block_size=4, **kw)
+        via_peft = diffusion_forward(adapted.get_base_model(), x0=batch.batch.x0, xt=batch.xt, block_size=4, **kw)
     # bf16 storage: the merged weight W + BA is rounded to bf16 once (the adapter model added BA in fp32)
     merge_error, training_change = float((after - before_merge).abs().max()), float((start - before_merge).abs().max())
     assert merge_error < 0.05 and training_change > 10 * merge_error, (merge_error, training_change)
+    peft_error = float((via_peft - before_merge).abs().max())  # the adapter model again, from peft's own files
+    assert peft_error < 0.05 and training_change > 10 * peft_error, (peft_error, training_change)
     a, b = state_dict_of(init), state_dict_of(final)
     assert a.keys() == b.keys()  # plain checkpoint: no adapter or parametrization keys
     changed = {k for k in a if not torch.equal(a[k], b[k])}
@@ -134,7 +140,7 @@ def test_lora_resume_after_kill_equals_uninterrupted_run(tmp_path):
         with pytest.raises(Killed):
             train(_lora_recipe(data, tmp_path / "killed", **common), step_callback=kill_at_3)
         ckpt = tmp_path / "killed" / "checkpoints" / "step-000002"
-        assert (ckpt / "trainable.safetensors").is_file() and not (ckpt / "model").exists()  # adapters only
+        assert (ckpt / "adapter" / "adapter_model.safetensors").is_file() and not (ckpt / "model").exists()  # adapters only
         resumed = train(_lora_recipe(data, tmp_path / "killed", **common), resume=True)
     a, b = state_dict_of(full.final_model), state_dict_of(resumed.final_model)
     assert a.keys() == b.keys() and max(float((a[k].float() - b[k].float()).abs().max()) for k in a) == 0.0

@@ -41,7 +41,9 @@ class Pipeline:
     def load(cls, path: str | Path, from_scratch: bool = False) -> "Pipeline":
         """The config at `path`; `from_scratch` drops the given checkpoints (`checkpoints:`) of stages the config
         can train, so those stages and what leads to them run too."""
-        path = Path(path)
+        from wamdiff.resources import config_file, shipped_path
+
+        path = config_file(path)  # from the working directory, else the installed package's configs
         if not path.is_file():
             raise ValueError(f"{path}: pipeline config not found")
         cfg = _read_config(path)
@@ -57,7 +59,7 @@ class Pipeline:
             if "average" in spec:
                 check_average_stage(path, spec)
         for name, ckpt in (cfg.get("checkpoints") or {}).items():  # demo: shipped checkpoints
-            p.checkpoints[name] = Path(ckpt)
+            p.checkpoints[name] = shipped_path(ckpt)  # here, else under $WAMDIFF_CHECKPOINTS
         if cfg.get("evaluate", {}).get("planners"):
             try:
                 p.planners()  # every planner spec checked now, not after hours of training
@@ -529,6 +531,10 @@ def export_checkpoints(config: str | Path, dest: str | Path, stages: list[str], 
         shutil.copyfile(summary, shipped)
     else:  # a report older than a stage describes other checkpoints: ship none rather than a wrong one
         shipped.unlink(missing_ok=True)
+    from wamdiff.models.card import write_model_card
+
+    for stage in stages:  # README.md model cards, the measured table from the summary just shipped (if any)
+        write_model_card(dest / stage, summary_csv=shipped, provenance_json=dest / "PROVENANCE.json", stage=stage)
     return dest
 
 

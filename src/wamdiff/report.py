@@ -373,6 +373,10 @@ def write_report(p, results: dict) -> Path:
                   f"diffusion teacher: {_fmt(_get(o, 'diffusion', 'top5_overlap'), '{:.3f}')}, "
                   f"AR teacher: {_fmt(_get(o, 'ar', 'top5_overlap'), '{:.3f}')} (paper: 0.582 vs 0.512)", ""]
     recorded = p.cfg["evaluate"].get("recorded")
+    if recorded:
+        from wamdiff.resources import shipped_path
+
+        recorded = shipped_path(recorded)  # here, else under $WAMDIFF_CHECKPOINTS
     if recorded and Path(recorded).exists():
         with open(recorded) as fh:
             rec = list(csv.DictReader(fh))

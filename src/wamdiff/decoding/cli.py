@@ -66,7 +66,9 @@ def bench(
     compile: str = typer.Option("off", help="torch.compile the step: off, on, or off,on (each applies to AR and diffusion)."),
     caches: str = typer.Option("exact,delayed", help="Block K/V refresh: " + list_help(CACHES) + " (exact: the whole block "
                                                      "every step; delayed: only the still-masked and just-decoded positions)."),
-    step_cost: bool = typer.Option(True, help="Also measure block-step / AR-step cost ratios."),
+    step_cost: bool = typer.Option(True, help="Also measure block-step / AR-step cost ratios and, for the roofline, this "
+                                              "machine's step-cost model (--no-step-cost: neither is measured; the "
+                                              "roofline then uses a cost model cached by an earlier run, if any)."),
     fmt: AnswerFormat = typer.Option(None, "--format", "--fmt", help="Answer format the L2 quality is parsed with "
                                                                      "(default: guessed from --data's first answer)."),
     device: str = typer.Option("cpu", help="cpu or cuda[:i] (CUDA: the steps run as CUDA graphs unless --attention flashinfer)."),
@@ -74,7 +76,8 @@ def bench(
                                                      "reference)."),
     resume: bool = typer.Option(True, help="Reuse the rows an interrupted run with the same grid, models and prompts "
                                            "left in OUT/bench.partial.jsonl."),
-    quick: bool = typer.Option(False, help="Shrink the grid: batch 1, B 8,32, tau 0.9, fp32, 64 tokens."),
+    quick: bool = typer.Option(False, help="The timed grid only, shrunk: batch 1, B 8,32, tau 0.9, fp32, 64 tokens; no "
+                                           "step costs, no paired re-timing, roofline only from a cached cost model."),
     tune: bool = typer.Option(False, help="Speed dial: measure the model's TPF/quality curve (batch 1, untimed) and this "
                                           "machine's step-cost model, report the dial's pick per batch size against "
                                           "the grid, and store the curve for DecodeConfig(block_size='auto'). Needs "
@@ -138,7 +141,8 @@ def bench(
                          max_new_tokens, _ints(max_steps), repeats, compile_modes, step_cost,
                          caches=cache_list, threads=thread_counts, device=device,
                          attention=attention, lean=lean, ordinal_window=ordinal)
-        if quick:
+        if quick:  # measures the shrunken grid and nothing else
+            step_cost, confirm_repeats = False, 0
             grid = BenchGrid([1], [8, 32], [0.9], ["fp32"], 64, _ints(max_steps), repeats, compile_modes, step_cost,
                              caches=cache_list, threads=thread_counts, device=device, attention=attention, lean=lean,
                              ordinal_window=ordinal)
@@ -181,8 +185,13 @@ def bench(
         result["confirmed"] = confirm_headline(result, model, tok, prompts, grid, fmt=fmt, ar_model=ar_model,
                                                ar_tokenizer=ar_tok, repeats=confirm_repeats, progress=progress)
     if roofline:
-        result["roofline"] = roofline_section(model, tok, prompts, grid, fmt=fmt, tune_res=tuned, rows=result["rows"],
-                                              progress=progress)
+        roof = roofline_section(model, tok, prompts, grid, fmt=fmt, tune_res=tuned, rows=result["rows"],
+                                progress=progress, measure=step_cost)
+        if roof is not None:
+            result["roofline"] = roof
+        else:
+            progress("roofline skipped: no step-cost model of this machine is cached and --no-step-cost (or --quick) "
+                     "says not to measure one")
     if levers:
         result["levers"] = levers_section(model, tok, prompts, grid, fmt=fmt, ar_model=ar_model, ar_tokenizer=ar_tok,
                                           progress=progress)

@@ -60,12 +60,17 @@ def convert(
     src: Path = typer.Argument(..., help="AR (or diffusion) checkpoint directory."),
     block_size: int = typer.Option(32, min=1, help="Diffusion block size B."),
     out: Path = typer.Option(..., help="Output directory."),
+    base_model: str = typer.Option(None, help="Model card: the Hugging Face id of the base model (default: the "
+                                              "source's own card's base_model, if any)."),
+    license: str = typer.Option(None, help="Model card: the weights' license (default: the source card's, else other)."),
 ) -> None:
-    """Convert a checkpoint to block diffusion (settings in its config; weights unchanged)."""
+    """Convert a checkpoint to block diffusion (settings in its config; weights unchanged) with a model card."""
     from wamdiff.models import load_model, model_info, save_model, to_diffusion
+    from wamdiff.models.card import write_model_card
 
     model, tokenizer = load_model(src, dtype="auto")  # weights unchanged, dtype included
     save_model(to_diffusion(model, block_size, tokenizer=tokenizer), tokenizer, out)  # + the source's image processor
+    write_model_card(out, base_model=base_model, license=license, source=src)
     _show(model_info(out), f"converted {src} -> {out}")
 
 

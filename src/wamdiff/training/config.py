@@ -205,8 +205,11 @@ def deep_merge(base: dict, over: dict) -> dict:
 
 
 def read_recipe_yaml(path: str | Path, _seen: tuple = ()) -> dict:
-    """Read a recipe YAML, resolving its `base:` chain (bases first, the file's own values win)."""
-    path = Path(path).resolve()
+    """Read a recipe YAML, resolving its `base:` chain (bases first, the file's own values win). A path that is not
+    in the working directory is looked up in the installed package's configs (`configs/recipes/...`)."""
+    from wamdiff.resources import config_file
+
+    path = config_file(path).resolve()
     if path in _seen:
         raise ValueError(f"recipe {path}: circular `base:` chain {[str(p) for p in _seen]}")
     try:

@@ -446,6 +446,7 @@ class Trainer:
         if state_dict is None:
             if self.lora is not None:  # merged into plain weights (stored dtype): a checkpoint like any other
                 restore_stored_weights(self.unwrapped)
+                lora_.save_adapter(self.lora, directory / lora_.ADAPTER_DIR)  # and the adapters, in peft's layout
                 self.model = lora_.merge(self.lora)
                 self.lora = None
             save_model(self.unwrapped, self.tokenizer, directory, self.image_processor)
@@ -476,7 +477,7 @@ class Trainer:
 
             def write(tmp: Path) -> None:
                 if self.lora is not None:  # only the adapters train: the base weights are init's
-                    lora_.save_trainable(self.unwrapped, tmp)
+                    lora_.save_adapter(self.lora, tmp / lora_.ADAPTER_DIR)
                 else:
                     self._save_model(tmp / "model", full)
                 if self.sharded:
@@ -534,8 +535,9 @@ class Trainer:
             try:
                 state = ckpt.read_training_state(path, rank=self.rank, with_optimizer=not self.sharded_launch)
                 if r.model.lora.rank:  # a LoRA checkpoint holds the adapters only (the base is model.init)
-                    if unreadable_weights(path) is not None or not (path / lora_.TRAINABLE_FILE).is_file():
-                        raise UserError(f"{path / lora_.TRAINABLE_FILE}: unreadable adapter weights")
+                    folder = path / lora_.ADAPTER_DIR if (path / lora_.ADAPTER_DIR).is_dir() else path
+                    if unreadable_weights(folder) is not None or not lora_.has_adapter(path):
+                        raise UserError(f"{folder}: unreadable adapter weights")
                 else:
                     bad = None if self.sharded_launch else unreadable_weights(path / "model")
                     if bad is not None or not (path / "model" / "config.json").is_file():
@@ -569,7 +571,7 @@ class Trainer:
             self.accelerator.load_state(str(last / "accelerate"))
             saved_state = ckpt.apply_training_state(state, optimizer=None, scheduler=self.scheduler)
         elif self.lora is not None:
-            lora_.load_trainable(self.unwrapped, last)
+            lora_.load_adapter(self.lora, last)
             saved_state = ckpt.apply_training_state(state, optimizer=self.optimizer, scheduler=self.scheduler)
         else:
             saved, _ = load_model(last / "model")

@@ -13,17 +13,25 @@ import torch
 from wamdiff.decoding.bench.grid import DTYPES, BenchGrid, cast_copy
 from wamdiff.decoding.bench.levers import decode_levers, paired_walls, step_levers
 from wamdiff.decoding.bench.roofline import forward_flops, matmul_gflops, roofline, weight_bytes
-from wamdiff.decoding.cost_model import StepCosts, step_costs_for
+from wamdiff.decoding.cost_model import StepCosts, load_step_costs, machine_key, step_costs_for
 from wamdiff.decoding.dial import DialCurve, ar_forwards, batch_forwards
 from wamdiff.decoding.engine import generate
 from wamdiff.models.precision import INT8
 from wamdiff.models.tokens import PAD, token_id
 
 
+def cached_step_costs(model, config, block_sizes) -> StepCosts | None:
+    """This machine's cost model for `model` as `config` runs it when one is already cached and holds every block
+    size asked for; None otherwise. Never measures."""
+    got = load_step_costs(machine_key(model, config))
+    return got if got is not None and all(str(b) in got.prefill_ms[0] for b in block_sizes) else None
+
+
 def roofline_section(model, tokenizer, prompts, grid: BenchGrid, *, fmt=None, tune_res: dict | None = None,
-                     rows: list[dict] | None = None, progress=None) -> dict:
+                     rows: list[dict] | None = None, progress=None, measure: bool = True) -> dict | None:
     """Roofline rows per dtype of the grid (compile off, the process's thread count), from the tuned cost models or
-    a cached / new one."""
+    a cached / new one. `measure=False` (bench --no-step-cost, --quick): only tuned or cached cost models are used,
+    no step cost is measured (only the matmul rate, a few ms); None when there is no cost model to use."""
     roof, per_token = [], []
     tuned = {(c["dtype"], c["compile"], c.get("threads")): StepCosts.from_dict(c["model"])
              for c in (tune_res or {}).get("costs", [])}
@@ -34,15 +42,22 @@ def roofline_section(model, tokenizer, prompts, grid: BenchGrid, *, fmt=None, tu
             continue
         m = cast_copy(model, dname, grid.device)
         cfg = grid.config(tokenizer, fmt)
-        costs = tuned.get((dname, False, torch.get_num_threads())) or step_costs_for(m, prompts[0], cfg, pad_id=token_id(tokenizer, PAD),
-                                                            block_sizes=grid.block_sizes, progress=progress,
-                                                            batches=sorted(set(grid.batch_sizes) | {1}))
+        costs = tuned.get((dname, False, torch.get_num_threads()))
+        if costs is None and not measure:
+            costs = cached_step_costs(m, cfg, grid.block_sizes)
+            if costs is None:
+                continue
+        if costs is None:
+            costs = step_costs_for(m, prompts[0], cfg, pad_id=token_id(tokenizer, PAD), block_sizes=grid.block_sizes,
+                                   progress=progress, batches=sorted(set(grid.batch_sizes) | {1}))
         rate = matmul_gflops(DTYPES[dname], grid.device)
         peak = peak or rate
         roof += [{"dtype": dname, **r} for r in roofline(m, costs, block_sizes=grid.block_sizes, peak_gflops=rate,
                                                           keys=keys, lean=grid.lean)]
         if tune_res and dname == grid.dtypes[0]:
             per_token += _flops_per_token(m, tune_res, rows or [], costs.prompt_len, keys, grid.lean)
+    if not roof:
+        return None
     return {"peak_gflops": peak, "weight_mb": weight_bytes(model) / 2 ** 20, "rows": roof, "per_token": per_token}
 
 
