@@ -465,6 +465,7 @@ def test_a_judged_bench_puts_pdms_and_comfort_in_every_quality():
 def test_the_headline_says_what_the_quality_bound_covered():
     """Judged on the scenes, a faster setting whose L2 passes but whose comfort falls is not at AR quality, and the
     line says PDMS and comfort were checked; unjudged, today's wording."""
+    from wamdiff.decoding.bench import best_vs_best
     from wamdiff.decoding.bench.headline import at_quality_line
 
     rows = [_row(1, 32, 4.0, 20.0, 1.05), _row(1, 8, 4.0, 10.0, 1.02)]
