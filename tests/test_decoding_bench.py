@@ -480,3 +480,95 @@ def test_quick_measures_the_shrunken_grid_and_nothing_else(tmp_path, monkeypatch
     assert sorted((r["batch"], r["block_size"], r["threshold"], r["dtype"]) for r in got["rows"]) == [
         (1, 8, 0.9, "fp32"), (1, 32, 0.9, "fp32")]
     assert got["step_cost"] == [] and "roofline" not in got and "confirmed" not in got
+
+
+def test_a_judged_bench_puts_pdms_and_comfort_in_every_quality():
+    """With a judge (`bench.judge`), every row's quality and AR's carry PDMS and comfort, judged over the prompts in
+    order (each prompt once, however a batch repeats them); so do the speed dial's curve points and its AR."""
+    from wamdiff.decoding.bench.tune import measure_curve
+    from wamdiff.models import build_model, build_tokenizer, to_diffusion
+
+    tok = build_tokenizer()
+    model = to_diffusion(build_model("tiny", tok, vision=False, seed=0), 4, tokenizer=tok)
+    prompts = synthetic_prompts(tok, 3, vision=False)
+    seen = []
+
+    def judge(texts):
+        seen.append(list(texts))
+        return {"pdms": 90.0 - len(texts), "comfort": 0.5}
+
+    grid = BenchGrid([1, 2], [4], [0.9], ["fp32"], 6, 8, 1, False, False, caches=["exact"])
+    res = run_bench(model, tok, prompts, grid, judge=judge)
+    assert len(res["rows"]) == 2
+    for r in res["rows"]:
+        n = min(3, r["prompts"])  # batch 2 decodes one full batch of the 3 prompts: the first 2
+        assert (r["quality"]["pdms"], r["quality"]["comfort"]) == (90.0 - n, 0.5)
+        assert (r["ar_quality"]["pdms"], r["ar_quality"]["comfort"]) == (90.0 - n, 0.5)
+    assert sorted({len(t) for t in seen}) == [2, 3] and all(isinstance(t, str) for ts in seen for t in ts)
+    assert "PDMS within 0.5, comfort within 0.02" in res["quality_check"] and res["best"][0]["judged_on_scenes"]
+    plain = run_bench(model, tok, prompts, grid)
+    assert "pdms" not in plain["rows"][0]["quality"] and "PDMS" not in plain["quality_check"]
+    seen.clear()
+    curve = measure_curve(model, tok, prompts, None, BenchGrid([1], [4], [0.9], ["fp32"], 6, [4], caches=["exact"]),
+                          judge=judge)
+    assert curve.ar_quality["pdms"] == 87.0 and all(p.quality["comfort"] == 0.5 for p in curve.points)
+    assert [len(t) for t in seen] == [3, 3]  # the one point's answers, then AR's
+
+
+def test_the_headline_says_what_the_quality_bound_covered():
+    """Judged on the scenes, a faster setting whose L2 passes but whose comfort falls is not at AR quality, and the
+    line says PDMS and comfort were checked; unjudged, today's wording."""
+    from wamdiff.decoding.bench import best_vs_best
+    from wamdiff.decoding.bench.headline import at_quality_line
+
+    rows = [_row(1, 32, 4.0, 20.0, 1.05), _row(1, 8, 4.0, 10.0, 1.02)]
+    (b,) = best_vs_best(rows)
+    assert b["at_quality"]["block_size"] == 32 and not b["judged_on_scenes"]
+    assert "at AR quality (L2 within 10 % of AR's, no more failed parses): " in at_quality_line(b)
+    for r, comfort in zip(rows, (0.80, 0.89)):  # the faster B32 is jerkier: comfort 0.80 against AR's 0.90
+        r["quality"].update(pdms=70.0, comfort=comfort)
+        r["ar_quality"].update(pdms=70.2, comfort=0.90)
+    (b,) = best_vs_best(rows)
+    assert b["judged_on_scenes"] and b["at_quality"]["block_size"] == 8
+    line = at_quality_line(b)
+    assert "(L2 within 10 % of AR's, PDMS within 0.5, comfort within 0.02, no more failed parses)" in line
+    assert "PDMS 70.0 (AR 70.2), comfort 0.890 (AR 0.900)" in line
+
+
+def test_wamdiff_bench_judges_on_the_scenes_of_its_data(tmp_path):
+    """`wamdiff bench --data` judges by PDMS and comfort when the samples' scenes are there (the root CLI wires the
+    eval layer's judge), not with --no-judge or without scenes; --judge without them is a one-line error."""
+    from wamdiff.cli import app as root
+    from wamdiff.driving.trajectory import format_trajectory
+    from wamdiff.eval.synthetic import straight_road_scene
+
+    recs = []
+    for i in range(2):
+        s = straight_road_scene(speed=8.0 + 2 * i, scene_id=f"road_{i}", family="road")
+        s.save(tmp_path / "scenes" / s.scene_id)
+        recs.append({"id": s.scene_id, "image": f"scenes/{s.scene_id}.png", "conversations": [
+            {"from": "human", "value": "<image>\nThe navigation information is: straight"},
+            {"from": "gpt", "value": format_trajectory(s.future[:, :2], "text2")}]})
+    data = tmp_path / "test.json"
+    data.write_text(json.dumps(recs))
+    args = ["bench", "--preset", "tiny", "--no-vision", "--data", str(data), "--n-prompts", "2", "--batch", "1",
+            "--blocks", "4", "--taus", "0.9", "--dtypes", "fp32", "--max-new-tokens", "8", "--max-steps", "4",
+            "--caches", "exact", "--no-step-cost", "--confirm-repeats", "0", "--no-roofline"]
+
+    def run(name, *extra):
+        res = CliRunner().invoke(root, [*args, *extra, "--out", str(tmp_path / name)])
+        got = json.loads((tmp_path / name / "bench.json").read_text()) if res.exit_code == 0 else None
+        return res, got
+
+    res, got = run("on")
+    assert res.exit_code == 0, res.output
+    (row,) = got["rows"]
+    assert row["quality"]["pdms"] == row["ar_quality"]["pdms"] == 0.0  # untrained: no answer parses, every plan fails
+    assert row["quality"]["comfort"] == 0.0 and "PDMS within 0.5" in got["quality_check"]
+    res, got = run("off", "--no-judge")
+    assert res.exit_code == 0 and "pdms" not in got["rows"][0]["quality"]
+    (tmp_path / "scenes" / "road_1.npz").unlink()
+    res, got = run("auto")
+    assert res.exit_code == 0 and "pdms" not in got["rows"][0]["quality"]
+    res, _ = run("bad", "--judge")
+    assert res.exit_code == 2 and "road_1" in res.output and "Traceback" not in res.output

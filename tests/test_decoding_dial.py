@@ -123,6 +123,38 @@ def test_the_dial_picks_the_fastest_setting_at_ar_quality_per_batch_size():
     assert choose(bad, costs, 1, lean="off", static_shapes=False) is None
 
 
+def test_the_quality_bound_covers_pdms_and_comfort_when_both_sides_were_judged():
+    """A faster, jerkier setting can keep L2 within 10 % of AR's while its comfort (or PDMS) falls: judged on the
+    scenes, it is not at AR quality; within the tolerances it is; unjudged, L2 and parses decide as before."""
+    from wamdiff.decoding.dial import COMFORT_TOLERANCE, PDMS_TOLERANCE, choose, quality_bound_text
+
+    ar = {"l2_vs_expert": 1.0, "parse_failures": 0, "pdms": 80.0, "comfort": 0.90}
+
+    def q(pdms, comfort, l2=1.05):
+        return {"l2_vs_expert": l2, "parse_failures": 0, "pdms": pdms, "comfort": comfort}
+
+    assert meets_quality(q(80.0, 0.90), ar)
+    assert not meets_quality(q(80.0, 0.90 - COMFORT_TOLERANCE - 0.01), ar)  # L2 passes, comfort falls too far
+    assert meets_quality(q(80.0, 0.90 - COMFORT_TOLERANCE + 0.005), ar)  # within the comfort tolerance
+    assert not meets_quality(q(80.0 - PDMS_TOLERANCE - 0.1, 0.90), ar)  # L2 passes, PDMS falls too far
+    assert meets_quality(q(80.0 - PDMS_TOLERANCE + 0.1, 0.90), ar)
+    assert not meets_quality(q(85.0, 0.95, l2=1.2), ar)  # better PDMS does not buy back an L2 beyond the bound
+    unjudged = {"l2_vs_expert": 1.0, "parse_failures": 0}
+    assert meets_quality(q(10.0, 0.1), unjudged) and meets_quality({"l2_vs_expert": 1.05}, ar)  # one side unjudged
+    assert meets_quality({"l2_vs_expert": 1.05, "pdms": None, "comfort": None}, {**ar, "pdms": None})
+    # the dial refuses the jerky setting although it is faster and its L2 is fine
+    a, b, p = {1: 1.0}, {1: 0.01}, {1: 5.0}
+    curve = DialCurve("fp", "fixed1", 100, [64] * 3, ar, [_point(32, 1, 2, 1.02, threshold=0.5), _point(32, 2, 2, 1.05)])
+    curve.points[0].quality.update(pdms=80.0, comfort=0.9)  # one step per block: the fastest
+    curve.points[1].quality.update(pdms=80.0, comfort=0.9)
+    assert choose(curve, _costs(a, b, p), 1, lean="off", static_shapes=False).threshold == 0.5
+    curve.points[0].quality["comfort"] = 0.5  # ... but uncomfortable: the slower, comfortable setting is picked
+    assert choose(curve, _costs(a, b, p), 1, lean="off", static_shapes=False).threshold == 0.9
+    assert quality_bound_text(judged_on_scenes=True) == ("L2 within 10 % of AR's, PDMS within 0.5, comfort within 0.02, "
+                                                         "no more failed parses")
+    assert quality_bound_text() == "L2 within 10 % of AR's, no more failed parses"
+
+
 def test_block_size_auto_decodes_with_the_setting_the_dial_picks(tmp_path, monkeypatch):
     monkeypatch.setenv("WAMDIFF_CACHE", str(tmp_path))
     model = _model()

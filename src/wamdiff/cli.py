@@ -70,6 +70,22 @@ def _wire_aggregate() -> None:
 
 _wire_aggregate()
 
+
+def _wire_bench_judge() -> None:
+    """`wamdiff bench` judges its answers by PDMS and comfort on the prompts' scenes with the eval layer's judge, which
+    the decoding layer may not import: registered here (`decoding.bench.judge`), imported only when a bench asks."""
+    from wamdiff.decoding.cli import register_judge_factory
+
+    def judge_for_data(*args, **kw):
+        from wamdiff.eval.bench_judge import judge_for_data
+
+        return judge_for_data(*args, **kw)
+
+    register_judge_factory(judge_for_data)
+
+
+_wire_bench_judge()
+
 app.add_typer(importlib.import_module("wamdiff.serve.cli").app)  # `wamdiff serve`, `wamdiff serve-bench`: at the root
 
 

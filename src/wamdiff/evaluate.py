@@ -24,6 +24,8 @@ from pathlib import Path
 # Part of every evaluation stage's settings: results written by an older evaluation (e.g. with silent fallbacks)
 # are recomputed, not reused.
 EVAL_VERSION = "eval-run/2 (failures score as failures)"
+# Part of the bench stage's settings: a bench whose "at AR quality" checked L2 only is measured again.
+BENCH_QUALITY_CHECK = "L2, parses, PDMS and comfort on the test scenes"
 
 
 def weights_key(checkpoint) -> list:
@@ -56,8 +58,9 @@ def model_stage_settings(p, stage: str) -> dict:
         section, keys = p.cfg["evaluate"]["top5_overlap"], ("student", "diffusion_teacher", "ar_teacher")
     else:
         section, keys = p.cfg["bench"], ("ar", "diffusion")
-    return {stage: section, "checkpoints": p.cfg.get("checkpoints"),
-            "weights": {k: weights_key(p.checkpoint(section[k])) for k in keys}}
+    settings = {stage: section, "checkpoints": p.cfg.get("checkpoints"),
+                "weights": {k: weights_key(p.checkpoint(section[k])) for k in keys}}
+    return {**settings, "quality_check": BENCH_QUALITY_CHECK} if stage == "bench" else settings
 
 
 def per_row(p, run_stage, stage: str, settings: dict, fn) -> dict:
@@ -180,13 +183,21 @@ def stage_overlap(p) -> dict:
 
 
 def stage_bench(p) -> dict:
-    """AR VLA (AR decoding) vs diffusion student (block decoding), paired, on the same test prompts."""
+    """AR VLA (AR decoding) vs diffusion student (block decoding), paired, on the same test prompts; "at AR quality"
+    judged on the prompts' test scenes too (PDMS and comfort, `eval.bench_judge`, its reference plans shared with the
+    open-loop evaluation's cache)."""
     from wamdiff.decoding.bench import paired_bench
+    from wamdiff.eval.bench_judge import judge_for_data
 
     b = dict(p.cfg["bench"])
     b.setdefault("format", p.cfg["data"].get("fmt"))
+    data = p.data_dir / "test.json"
+    judge = None
+    if data.exists():
+        judge = judge_for_data(data, int(b.get("prompts", 8)), b["format"], required=True,
+                               reference_cache=eval_dir(p) / "reference_cache")
     return paired_bench(ar_checkpoint=p.checkpoint(b["ar"]), diffusion_checkpoint=p.checkpoint(b["diffusion"]),
-                        data=p.data_dir / "test.json", out=p.out / "bench", settings=b)
+                        data=data, out=p.out / "bench", settings=b, judge=judge)
 
 
 def run_evaluation(p, run_stage) -> dict:

@@ -11,6 +11,16 @@ from wamdiff.outdir import claim_for_command
 
 app = typer.Typer(help="Side-by-side AR vs block-diffusion decoding speed benchmark.", add_completion=False)
 
+# Builds the scene judge of `--judge` (`decoding.bench.judge`): judges come from the eval layer, which this layer may
+# not import, so the root CLI registers the factory (`wamdiff.cli`); unregistered, the bench checks L2 only.
+# Called as factory(data, n, fmt, required=...) -> judge, or None when the samples' scenes are not there.
+_judge_factory = None
+
+
+def register_judge_factory(factory) -> None:
+    global _judge_factory
+    _judge_factory = factory
+
 
 def _floats(s: str) -> list[float]:
     return [float(x) for x in s.split(",") if x.strip()]
@@ -84,6 +94,9 @@ def bench(
                                           "--data with expert answers."),
     tune_prompts: int = typer.Option(0, min=0, help="--tune: prompts of --data for the TPF/quality curve (0 = --n-prompts); "
                                                   "more than the timed ones judges quality on more scenes."),
+    judge: bool = typer.Option(None, help="Score the answers by PDMS and comfort on the --data samples' scenes, so "
+                                          "'at AR quality' also needs PDMS within 0.5 and comfort within 0.02 of AR's "
+                                          "(default: on when the scenes are there)."),
     lean: Lean = typer.Option("last_layer", help="Exact lean steps for AR and diffusion alike."),
     ordinal: int = typer.Option(2, min=0, help="Diffusion read-out of a grid format (delta, bins): the value mean within "
                                                "this many grid steps of the most likely one (0 = the most likely token); "
@@ -169,13 +182,18 @@ def bench(
         grid = grid.resolved(tok, fmt)
     except ValueError as err:
         raise typer.BadParameter(str(err), param_hint="--blocks") from err
+    # both prompt sets (timed, tuned) are prefixes of --data: one judge covers the longer
+    scene_judge = _scene_judge(data, judge, max(len(prompts), len(tune_set[0]) if tune else 0), fmt)
+    if data is not None:
+        console.print("quality: " + ("L2, parses, PDMS and comfort on the prompts' scenes" if scene_judge is not None
+                                     else "L2 and parses (no scenes judged)"))
     journal = out / JOURNAL
     if not resume:
         journal.unlink(missing_ok=True)
     tuned = (bench_tune(model, tok, *tune_set, grid, fmt=fmt, ar_model=ar_model, ar_tokenizer=ar_tok, out=out,
-                        progress=progress) if tune else None)
+                        progress=progress, judge=scene_judge) if tune else None)
     result = run_bench(model, tok, prompts, grid, expert=expert, fmt=fmt, progress=progress, ar_model=ar_model, journal=journal,
-                       ar_tokenizer=ar_tok)
+                       ar_tokenizer=ar_tok, judge=scene_judge)
     result["source"] = str(checkpoint) if checkpoint else f"preset:{preset}"
     if tuned:
         result["tune"] = tuned
@@ -202,6 +220,23 @@ def bench(
     journal.unlink(missing_ok=True)  # complete: the next run measures afresh
     print_table(result, console)
     console.print(f"wrote {out / 'bench.json'} and {out / 'bench.png'}")
+
+
+def _scene_judge(data: Path | None, judge: bool | None, n: int, fmt: str | None):
+    """The judge of `--judge` over the first `n` samples of --data, from the registered factory; None with --no-judge,
+    without --data, or (by default) when the samples' scenes are not there. `--judge` without them: one-line error."""
+    if judge is False or (data is None and judge is None):
+        return None
+    if data is None:
+        raise typer.BadParameter("--judge needs --data: a WAM-Diff2 file whose samples have scenes", param_hint="--judge")
+    if _judge_factory is None:
+        if judge:
+            raise typer.BadParameter("no scene judge is registered (run it as `wamdiff bench`)", param_hint="--judge")
+        return None
+    try:
+        return _judge_factory(data, n, fmt, required=bool(judge))
+    except ValueError as err:
+        raise typer.BadParameter(str(err), param_hint="--data") from None
 
 
 def grammar(

@@ -17,7 +17,8 @@ queries the most positions any sample needs; logit rows are the most still-maske
 checked against the real batched decoder in the tests). The predicted ms per plan at batch n is the mean over
 random groups of n samples (`groups`) of the cost-model price of those forwards, divided by n. The dial picks
 the fastest setting whose quality meets the bound (`meets_quality`: mean L2 within 10 % of AR's and no more
-failed parses than AR). Nothing is format-specific: a long answer (fixed1, 112 tokens) and a short one (delta,
+failed parses than AR; when the bench judged the answers on their scenes, also PDMS within 0.5 points and comfort
+within 0.02 of AR's). Nothing is format-specific: a long answer (fixed1, 112 tokens) and a short one (delta,
 17) differ only in their traces, i.e. in how much of the time the prefill takes.
 """
 
@@ -35,16 +36,37 @@ from wamdiff.decoding.cost_model import Forward, StepCosts, arch_signature, cach
 from wamdiff.jsonfile import write_json
 
 QUALITY_TOLERANCE = 0.10  # "at AR quality": mean waypoint L2 to the expert within 10 % of AR's on the same prompts
+# Judged on the prompts' scenes (`quality` carries `pdms` 0-100 and `comfort` 0-1): L2 alone lets a jerkier setting
+# through, so PDMS and comfort may fall only this far below AR's.
+PDMS_TOLERANCE = 0.5  # PDMS points: a larger drop is one the report's PDMS column (one decimal) shows as a loss
+COMFORT_TOLERANCE = 0.02  # comfort C: a per-scene pass (0 or 1), so 0.02 is one scene in fifty turning uncomfortable
 CURVE_FILE = "dial_curve.json"  # in a checkpoint folder: the curve ships with the weights
 GROUPS = 64  # random groups of n samples averaged for the batch-n prediction
 
 
+def judged(q: dict | None) -> bool:
+    """A quality dict that carries the scene judge's `pdms` and `comfort` (`bench.grid.run_bench(judge=...)`)."""
+    return bool(q) and q.get("pdms") is not None and q.get("comfort") is not None
+
+
 def meets_quality(q: dict | None, ar_q: dict | None, tolerance: float = QUALITY_TOLERANCE) -> bool:
-    """At AR quality: mean L2 to the expert within `tolerance` of AR's and no more failed parses than AR's."""
+    """At AR quality: mean L2 to the expert within `tolerance` of AR's and no more failed parses than AR's; when
+    both were judged on their scenes (`judged`), also PDMS within `PDMS_TOLERANCE` and comfort within
+    `COMFORT_TOLERANCE` of AR's."""
     if not q or not ar_q or q.get("l2_vs_expert") is None or ar_q.get("l2_vs_expert") is None:
         return False
-    return (q["l2_vs_expert"] <= (1 + tolerance) * ar_q["l2_vs_expert"]
-            and q.get("parse_failures", 0) <= ar_q.get("parse_failures", 0))
+    if not (q["l2_vs_expert"] <= (1 + tolerance) * ar_q["l2_vs_expert"]
+            and q.get("parse_failures", 0) <= ar_q.get("parse_failures", 0)):
+        return False
+    if judged(q) and judged(ar_q):
+        return q["pdms"] >= ar_q["pdms"] - PDMS_TOLERANCE and q["comfort"] >= ar_q["comfort"] - COMFORT_TOLERANCE
+    return True
+
+
+def quality_bound_text(tolerance: float = QUALITY_TOLERANCE, judged_on_scenes: bool = False) -> str:
+    """What `meets_quality` checked, in words (headlines, error messages)."""
+    scene = f", PDMS within {PDMS_TOLERANCE:g}, comfort within {COMFORT_TOLERANCE:g}" if judged_on_scenes else ""
+    return f"L2 within {100 * tolerance:.0f} % of AR's{scene}, no more failed parses"
 
 
 # ------------------------------------------------------------------------------------------------ the curve
@@ -251,7 +273,7 @@ def resolve_auto(model, tokenizer, prompts, config: DecodeConfig) -> DecodeConfi
     if pick is None:
         pick = choose(curve, costs, len(prompts), lean=config.lean, static_shapes=static)
         if pick is None:
-            raise ValueError("block_size='auto': no tuned setting of this model keeps AR's quality (mean L2 within "
-                             f"{100 * QUALITY_TOLERANCE:.0f} % of AR's, no more failed parses); set a block size")
+            raise ValueError("block_size='auto': no tuned setting of this model keeps AR's quality (mean "
+                             f"{quality_bound_text(judged_on_scenes=judged(curve.ar_quality))}); set a block size")
         _PICKS[key] = pick
     return pick.apply(config)

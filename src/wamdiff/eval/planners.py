@@ -138,15 +138,16 @@ class ModelPlanner:
         for `block=auto` find its tuned speed dial with a setting at AR quality: without one every plan would fail."""
         self._load()
         if self.spec.decode.mode == "block" and self.spec.decode.block_size == AUTO:
-            from wamdiff.decoding.dial import find_curve, meets_quality
+            from wamdiff.decoding.dial import find_curve, judged, meets_quality, quality_bound_text
 
             try:
                 curve = find_curve(self._model)
             except ValueError as err:
                 raise ValueError(f"planner spec {self.spec.text!r}: {err}") from None
             if not any(meets_quality(pt.quality, curve.ar_quality) for pt in curve.points):
+                bound = quality_bound_text(judged_on_scenes=judged(curve.ar_quality))
                 raise ValueError(f"planner spec {self.spec.text!r}: block=auto, but no setting of this model's tuned "
-                                 "speed dial keeps AR's quality (mean L2 within 10 % of AR's); set a block size")
+                                 f"speed dial keeps AR's quality ({bound}); set a block size")
 
     def _load(self):
         if self._model is None:
@@ -189,7 +190,6 @@ class ModelPlanner:
         """Plans for `scenes`, decoded `batch` at a time (default: the spec's batch)."""
         from wamdiff.decoding import generate
         from wamdiff.driving.prompts import scene_prompt
-        from wamdiff.driving.trajectory import parse_trajectory
         from wamdiff.models.processor import encode_prompt
 
         model, tok = self._load()
@@ -203,11 +203,19 @@ class ModelPlanner:
             gens = generate(model, tok, prompts, self._decode_config(tok))
             dt = (time.perf_counter() - t0) / max(1, len(chunk))
             for g in gens:
-                parsed = parse_trajectory(g.text, self.spec.fmt)  # tolerant: never raises
-                xy, reason = check_xy(parsed.xy) if parsed.ok else (None, parsed.reason or "parse failed")
-                out.append(Plan(xy, text=g.text, ok=xy is not None, reason=reason, forwards=int(g.forwards),
-                                new_tokens=len(g.token_ids), latency_s=dt))
+                out.append(replace(plan_from_text(g.text, self.spec.fmt), forwards=int(g.forwards),
+                                   new_tokens=len(g.token_ids), latency_s=dt))
         return out
+
+
+def plan_from_text(text: str, fmt: str) -> Plan:
+    """A model's answer text as a Plan: parsed in the answer format and checked (`check_xy`); text that does not
+    parse, or waypoints out of shape or bounds, make a failed Plan (it scores as a failure)."""
+    from wamdiff.driving.trajectory import parse_trajectory
+
+    parsed = parse_trajectory(text, fmt)  # tolerant: never raises
+    xy, reason = check_xy(parsed.xy) if parsed.ok else (None, parsed.reason or "parse failed")
+    return Plan(xy, text=text, ok=xy is not None, reason=reason)
 
 
 # -- planner server ----------------------------------------------------------------------------------

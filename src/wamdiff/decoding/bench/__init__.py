@@ -1,7 +1,7 @@
 """`wamdiff bench`: AR vs block-diffusion decoding speed, side by side, one concept per module.
 
 Measuring: `prompts` (WAM-Diff2 JSON or synthetic), `timing` (timed decode, step cost), `quality` (exact match,
-L2), `grid` (`BenchGrid`, `run_bench`), `journal` (resume an interrupted run), `paired` (the pipeline's entry).
+L2), `judge` (PDMS and comfort on the prompts' scenes, from a judge the caller passes), `grid` (`BenchGrid`, `run_bench`), `journal` (resume an interrupted run), `paired` (the pipeline's entry).
 Reporting: `headline` (best vs best), `tables` (Markdown, console), `plot` (PNG), `outputs` (the files).
 """
 

@@ -24,11 +24,13 @@ import torch
 
 from wamdiff.decoding.bench.headline import best_vs_best, mark_reference_quality
 from wamdiff.decoding.bench.journal import Journal, fingerprint
+from wamdiff.decoding.bench.judge import Judge, judged_quality
 from wamdiff.decoding.bench.prompts import chunks, cycled
 from wamdiff.decoding.bench.quality import quality
 from wamdiff.decoding.bench.timing import step_cost, summarize, timed_generate, torch_threads
 from wamdiff.decoding.speed import times_ar
 from wamdiff.decoding.config import ATTENTIONS, DTYPE_NAMES, DecodeConfig
+from wamdiff.decoding.dial import quality_bound_text
 from wamdiff.decoding.grammar import Grammar
 from wamdiff.driving.trajectory import FIXED_WIDTH_FORMATS, ORDINAL_FORMATS
 from wamdiff.models.precision import cast_model
@@ -137,15 +139,17 @@ class BenchGrid:
 
 
 def run_bench(model, tokenizer, prompts, grid: BenchGrid, *, expert=None, fmt=None, progress=None,
-              ar_model=None, ar_tokenizer=None, journal: Path | None = None) -> dict:
+              ar_model=None, ar_tokenizer=None, journal: Path | None = None, judge: Judge | None = None) -> dict:
     """The whole grid. Returns a JSON-able dict with `rows` (one per configuration) and `step_cost`.
 
     `ar_model`: the AR baseline's own checkpoint (same class and tokenizer); default: `model` decoded AR.
+    `judge`: scores answer texts on the prompts' scenes (`bench.judge`); its PDMS and comfort join every row's
+    `quality` and `ar_quality`, so the bound "at AR quality" covers them too.
     `journal`: a JSON-lines file each finished row is appended to; a run with the same grid, models and
     prompts reuses the rows found there (an interrupted benchmark resumes where it stopped).
     The caller's models are never modified (each dtype runs on a cast copy)."""
     rows, costs = [], []
-    log = Journal(journal, fingerprint(grid, prompts, model, ar_model, fmt)) if journal else None
+    log = Journal(journal, fingerprint(grid, prompts, model, ar_model, fmt, judged=judge is not None)) if journal else None
     if log and log.rows and progress:
         progress(f"resuming: {len(log.rows)} rows and {len(log.costs)} step costs from {journal}")
     base = copy.deepcopy(model).float()
@@ -204,10 +208,12 @@ def run_bench(model, tokenizer, prompts, grid: BenchGrid, *, expert=None, fmt=No
                     g, wall = timed_chunks(m, tokenizer, cfg, n)
                     d = summarize(g, wall, n)
                     exp = expert_pool[:used] if expert_pool else None
+                    q = judged_quality(quality(g, ar_g, exp, fmt), judge, [x.text for x in g], len(prompts))
+                    ar_q = judged_quality(quality(ar_g, ar_g, exp, fmt), judge, [x.text for x in ar_g], len(prompts))
                     row = {"dtype": dname, "compile": comp, "threads": threads, "batch": n, "block_size": b,
                            "threshold": tau, "max_steps": steps, "cache": cache, "ar": ar, "diffusion": d,
                            "times_ar": times_ar(d, ar), "speedup": d["tok_s"] / ar["tok_s"], "prompts": used,
-                           "quality": quality(g, ar_g, exp, fmt), "ar_quality": quality(ar_g, ar_g, exp, fmt)}
+                           "quality": q, "ar_quality": ar_q}
                     rows.append(row)
                     if log:
                         log.add("row", row)
@@ -218,4 +224,4 @@ def run_bench(model, tokenizer, prompts, grid: BenchGrid, *, expert=None, fmt=No
     return {"threads": sorted({r["threads"] for r in rows}), "torch": torch.__version__, "device": device,
             "grid": asdict(grid), "rows": rows, "step_cost": costs, "n_params": sum(p.numel() for p in model.parameters()),
             "ar_baseline": "separate AR checkpoint" if ar_model is not None else "same model, AR decoding",
-            "best": best_vs_best(rows)}
+            "quality_check": quality_bound_text(judged_on_scenes=judge is not None), "best": best_vs_best(rows)}

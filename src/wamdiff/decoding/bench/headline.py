@@ -11,7 +11,7 @@ luckiest of many draws on a machine whose speed drifts by tens of percent within
 
 from __future__ import annotations
 
-from wamdiff.decoding.dial import QUALITY_TOLERANCE, meets_quality
+from wamdiff.decoding.dial import QUALITY_TOLERANCE, judged, meets_quality, quality_bound_text
 
 
 def _plans_s(side: dict) -> float:
@@ -23,7 +23,7 @@ def best_vs_best(rows: list[dict], tolerance: float = QUALITY_TOLERANCE) -> list
     diffusion setting (any thread count, dtype, compile setting, B, tau, step cap, cache) -- the headline figure,
     so a setting that only slows AR down cannot flatter the ratio. When L2 to the expert is known, `at_quality`
     repeats the comparison over the diffusion settings that meet the quality bound (`dial.meets_quality`; None
-    when no setting does)."""
+    when no setting does); `judged_on_scenes`: the bound covered PDMS and comfort too (every row was judged)."""
     out = []
     for n in sorted({r["batch"] for r in rows}):
         sel = [r for r in rows if r["batch"] == n]
@@ -32,6 +32,8 @@ def best_vs_best(rows: list[dict], tolerance: float = QUALITY_TOLERANCE) -> list
         good = [r for r in sel if at_ar_quality(r, tolerance)]
         entry["at_quality"] = _versus(ar, max(good, key=lambda r: _plans_s(r["diffusion"])), timings) if good else None
         entry["quality_tolerance"] = tolerance
+        entry["judged_on_scenes"] = all(judged(r["quality"]) and judged(r.get("reference_ar_quality") or r["ar_quality"])
+                                        for r in sel)
         out.append(entry)
     return out
 
@@ -86,7 +88,9 @@ def _versus(ar: dict, d: dict, ar_timings: list[dict]) -> dict:
             "diffusion_tok_s": s["tok_s"], "diffusion_plans_per_s": s.get("plans_per_s"),
             "diffusion_latency_ms": s.get("latency_ms"), "tpf": s["tpf"],
             "ratio": s["tok_s"] / a["tok_s"], "times_ar": _plans_s(s) / _plans_s(a),
-            "l2_vs_expert": d["quality"]["l2_vs_expert"], "ar_l2_vs_expert": d["ar_quality"]["l2_vs_expert"]}
+            "l2_vs_expert": d["quality"]["l2_vs_expert"], "ar_l2_vs_expert": d["ar_quality"]["l2_vs_expert"],
+            "pdms": d["quality"].get("pdms"), "ar_pdms": d["ar_quality"].get("pdms"),
+            "comfort": d["quality"].get("comfort"), "ar_comfort": d["ar_quality"].get("comfort")}
 
 
 def setting_label(dtype: str, compiled, threads: int | None = None) -> str:
@@ -114,6 +118,10 @@ def diffusion_label(d: dict) -> str:
 def best_line(b: dict) -> str:
     ar_l2 = "-" if b.get("ar_l2_vs_expert") is None else f"{b['ar_l2_vs_expert']:.2f}"
     l2 = "" if b.get("l2_vs_expert") is None else f", L2 vs expert {b['l2_vs_expert']:.2f} m (AR {ar_l2})"
+    if b.get("pdms") is not None and b.get("ar_pdms") is not None:
+        l2 += f", PDMS {b['pdms']:.1f} (AR {b['ar_pdms']:.1f})"
+    if b.get("comfort") is not None and b.get("ar_comfort") is not None:
+        l2 += f", comfort {b['comfort']:.3f} (AR {b['ar_comfort']:.3f})"
     lat = ""
     if b.get("ar_latency_ms") is not None and b["batch"] == 1:
         lat = f"; ms per trajectory {b['ar_latency_ms']:.1f} -> {b['diffusion_latency_ms']:.1f}"
@@ -135,7 +143,9 @@ def confirmed_line(c: dict) -> str:
 
 
 def at_quality_line(b: dict) -> str:
-    return (f"at AR quality (L2 within {100 * b['quality_tolerance']:.0f} % of AR's, no more failed parses): "
+    """The best-vs-best line among the settings at AR quality, saying what the bound checked (`dial.meets_quality`)."""
+    bound = quality_bound_text(b["quality_tolerance"], judged_on_scenes=b.get("judged_on_scenes", False))
+    return (f"at AR quality ({bound}): "
             + (best_line(b["at_quality"]) if b["at_quality"] else f"batch {b['batch']}: no setting"))
 
 
@@ -178,4 +188,5 @@ def _table_row(n: int, who: str, setting: str, speed: dict, q: dict, ar: dict) -
     return {"batch": n, "planner": who, "setting": setting, "latency_ms": speed.get("latency_ms"),
             "plans_per_s": speed.get("plans_per_s"), "tok_s": speed["tok_s"], "tpf": speed["tpf"],
             "l2_vs_expert": (q or {}).get("l2_vs_expert"), "parse_failures": (q or {}).get("parse_failures"),
+            "pdms": (q or {}).get("pdms"), "comfort": (q or {}).get("comfort"),
             "times_ar": _plans_s(speed) / _plans_s(ar)}

@@ -51,8 +51,11 @@ class Journal:
             fh.write(json.dumps({"kind": kind, "data": data}) + "\n")
 
 
-def fingerprint(grid, prompts, model, ar_model, fmt=None) -> str:
-    """Identity of a benchmark: the grid, the prompts' tokens, the answer format and both models' weights."""
+def fingerprint(grid, prompts, model, ar_model, fmt=None, judged: bool = False) -> str:
+    """Identity of a benchmark: the grid, the prompts' tokens, the answer format, both models' weights and whether
+    the answers are judged on their scenes (rows without PDMS and comfort must not resume a judged run)."""
     ident = {"grid": asdict(grid), "prompts": [p.input_ids.reshape(-1).tolist() for p in prompts], "format": fmt,
              "model": model_fingerprint(model), "ar_model": None if ar_model is None else model_fingerprint(ar_model)}
+    if judged:  # only then: an unjudged run keeps the fingerprint it had before judging existed
+        ident["judged"] = True
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]

@@ -11,6 +11,7 @@ from wamdiff.decoding.bench.confirm import REPEATS as CONFIRM_REPEATS
 from wamdiff.decoding.bench.confirm import confirm_headline
 from wamdiff.decoding.bench.grid import BenchGrid, run_bench
 from wamdiff.decoding.bench.journal import JOURNAL
+from wamdiff.decoding.bench.judge import Judge
 from wamdiff.decoding.bench.outputs import write_outputs
 from wamdiff.decoding.bench.prompts import load_wamdiff2_json, synthetic_prompts
 from wamdiff.decoding.bench.quality import guess_format
@@ -36,9 +37,12 @@ def grid_from_settings(st: dict) -> BenchGrid:
     )
 
 
-def paired_bench(*, ar_checkpoint, diffusion_checkpoint, data=None, out, settings: dict | None = None) -> dict:
+def paired_bench(*, ar_checkpoint, diffusion_checkpoint, data=None, out, settings: dict | None = None,
+                 judge: Judge | None = None) -> dict:
     """Prompts from a WAM-Diff2 JSON (else synthetic). Writes bench.json / bench.png / bench.md under `out`;
-    returns the result with `plot` (PNG path) and `markdown` (tables) added."""
+    returns the result with `plot` (PNG path) and `markdown` (tables) added. `judge` (`bench.judge`, over the
+    samples of `data` in order): PDMS and comfort join the quality bound; synthetic prompts have no scenes to
+    judge on, so it is not used for them."""
     from wamdiff.models import image_processor_for, is_vision_model, load_model
 
     st = dict(settings or {})
@@ -54,6 +58,7 @@ def paired_bench(*, ar_checkpoint, diffusion_checkpoint, data=None, out, setting
         prompts, expert = load_wamdiff2_json(Path(data), tok, vision=vision, limit=n, image_processor=image_processor_for(model))
     else:
         prompts = synthetic_prompts(tok, n, vision=vision, image_processor=image_processor_for(model))
+        judge = None
     fmt = st.get("format") or guess_format(expert[0] if expert else None)
     try:
         grid = grid.resolved(tok, fmt)
@@ -61,7 +66,7 @@ def paired_bench(*, ar_checkpoint, diffusion_checkpoint, data=None, out, setting
         raise ValueError(f"bench.block_sizes: {err}") from None
     journal = Path(out) / JOURNAL
     result = run_bench(model, tok, prompts, grid, expert=expert, fmt=fmt, ar_model=ar_model, ar_tokenizer=ar_tok,
-                       journal=journal)
+                       journal=journal, judge=judge)
     repeats = int(st.get("confirm_repeats", CONFIRM_REPEATS))
     if repeats:
         result["confirmed"] = confirm_headline(result, model, tok, prompts, grid, fmt=fmt, ar_model=ar_model,

@@ -16,13 +16,14 @@ def _f(v, fmt: str = "{:.2f}") -> str:
 
 
 HEADLINE_COLUMNS = ["batch", "planner", "setting", "ms per trajectory", "plans/s", "tok/s", "TPF", "L2 vs expert",
-                    "failed parses", "× AR", "× AR paired", "of best"]
+                    "failed parses", "PDMS", "C", "× AR", "× AR paired", "of best"]
 
 
 def _headline_cells(r: dict) -> list[str]:
     return [str(r["batch"]), r["planner"], r["setting"], _f(r["latency_ms"], "{:.1f}"), _f(r["plans_per_s"], "{:.2f}"),
             _f(r["tok_s"], "{:.0f}"), _f(r["tpf"]), _f(r["l2_vs_expert"], "{:.3f}"), _f(r["parse_failures"], "{:d}"),
-            _f(r["times_ar"]) + "x", _f(r.get("times_ar_paired"), "{:.2f}x"), _f(r.get("of_best"), "{:.0%}")]
+            _f(r.get("pdms"), "{:.1f}"), _f(r.get("comfort"), "{:.3f}"), _f(r["times_ar"]) + "x",
+            _f(r.get("times_ar_paired"), "{:.2f}x"), _f(r.get("of_best"), "{:.0%}")]
 
 
 def _md(header: list[str], rows: list[list[str]]) -> list[str]:
