@@ -26,12 +26,13 @@ def on_files(files, config):
     return files
 
 
-GENERATED = ("reference/cli.md", "results/pipeline.md", "results/parity.md", "results/bench.md")  # under docs/
+GENERATED = ("reference/cli.md", "results/pipeline.md", "results/parity.md", "results/bench.md",
+             "results/small-student.md")  # under docs/
 
 
 def pages() -> dict[str, str]:
     return {"reference/cli.md": cli_page(), "results/pipeline.md": pipeline_page(), "results/parity.md": parity_page(),
-            "results/bench.md": bench_page()}
+            "results/bench.md": bench_page(), "results/small-student.md": small_student_page()}
 
 
 # ---- CLI reference -------------------------------------------------------------------------------------------
@@ -156,6 +157,32 @@ def pipeline_page() -> str:
         "[report.md](pipeline/report.md).", "",
         "![L2 over the horizon](pipeline/l2_horizon.png)", "",
         "![PDMS and its intervals](pipeline/quality_intervals.png)", ""])
+
+
+FRONT_COLUMNS = [  # (front.csv column, header, format)
+    ("params", "params", ",.0f"), ("gflop_plan", "GFLOP / plan", ".3f"), ("pdms", "PDMS", ".2f"),
+    ("d_pdms", "Δ PDMS vs no teacher", "+.2f"), ("c", "C", ".3f"), ("l2_4s", "L2@4s", ".3f"),
+    ("d_l2_4s", "Δ L2@4s vs no teacher", "+.3f"), ("plans_s_b1", "plans/s b1", ".1f"), ("x_ar_b1", "× AR b1", ".2f"),
+    ("plans_s_b8", "plans/s b8", ".1f"), ("x_ar_b8", "× AR b8", ".2f"),
+]
+
+
+def small_student_page() -> str:
+    folder = RESULTS / "small_student"
+    head = "| model | " + " | ".join(h for _, h, _ in FRONT_COLUMNS) + " |"
+    table = [head, "|---|" + "---:|" * len(FRONT_COLUMNS)]
+    for r in _rows(folder / "front.csv"):
+        table.append(f"| {_cell(r['planner'])} | " + " | ".join(_cell(_num(r[c], f)) for c, _, f in FRONT_COLUMNS) + " |")
+    return "\n".join([
+        "# The small student", "",
+        "A `small`-preset model (a fifth of the AR VLA's FLOPs per plan) trained as an AR VLA, converted, then taught "
+        "by the full-size block-distilled student (`configs/small.yaml`, [how](../guides/train.md)). Every model on the "
+        "same scenes: the test split and five unseen world variants, pooled (`wamdiff eval paired`, reference the "
+        "level-3 arm without a teacher; Δ columns paired with their 95 % interval in `paired.csv`); speed from the "
+        "test split's plan timings at the same decode (`eval pdms --speed 1,8`: one 17-token block, ≤ 4 forwards, "
+        "τ 0.5, ordinal read-out, fp32). Generated at build time from `docs/results/small_student/front.csv` "
+        "(`wamdiff eval front`); the commands are in [results notes](../development/results-notes.md).", "",
+        *table, "", "![front](small_student/front.png)", "", "![paired](small_student/paired.png)", ""])
 
 
 def parity_page() -> str:
