@@ -29,7 +29,7 @@ def _under(path: Path, top: str) -> Path | None:
 
 
 def config_file(path: str | Path) -> Path:
-    """`path` when it exists, else the packaged config it names (`configs/X.yaml` or `X.yaml` under the package's
+    """`path` when it exists, else the packaged config it names (configs/<name>.yaml or <name>.yaml under the package's
     configs), else `path` unchanged (the caller says it is missing)."""
     path = Path(path)
     if path.exists() or path.is_absolute():
