@@ -113,17 +113,23 @@ def test_waiting_requests_are_batched_in_arrival_order_up_to_the_size_bound():
 
 
 class FakeClock:
-    """Seconds that move only when the test moves them; `batcher_read` is set once another thread (the batcher) has
-    read the time (after the value it gets is fixed, so the test moving the clock cannot change that read)."""
+    """Seconds that move only when the test moves them; counts the reads of other threads (the batcher's), each
+    counted once its value is fixed, so the test moving the clock cannot change a read it has seen."""
 
     def __init__(self, t: float = 0.0):
-        self.t, self.batcher_read, self.test_thread = t, threading.Event(), threading.get_ident()
+        self.t, self.batcher_reads, self.test_thread, self._cv = t, 0, threading.get_ident(), threading.Condition()
 
     def __call__(self) -> float:
         t = self.t
         if threading.get_ident() != self.test_thread:
-            self.batcher_read.set()
+            with self._cv:
+                self.batcher_reads += 1
+                self._cv.notify_all()
         return t
+
+    def wait_for_batcher_reads(self, n: int, timeout: float = 10.0) -> bool:
+        with self._cv:
+            return self._cv.wait_for(lambda: self.batcher_reads >= n, timeout)
 
 
 def test_a_lone_request_waits_for_company_only_after_a_shared_batch():
@@ -136,10 +142,11 @@ def test_a_lone_request_waits_for_company_only_after_a_shared_batch():
     batcher.start()
     assert [(f.result(timeout=10)[1].batch_size, f.result()[1].queue_s) for f in pair] == [(2, 0.05), (2, 0.05)]
 
-    clock.batcher_read.clear()
-    clock.t = 1.0
+    reads, clock.t = clock.batcher_reads, 1.0
     waited = batcher.submit(3)  # after a batch of two: it waits the bound for others, then goes alone
-    assert clock.batcher_read.wait(10)  # its wait began at 1.0 (a batcher that did not wait read 1.0 as its start)
+    # two looks at the clock standing at 1.0: the batcher waited for company and still waits (one that did not
+    # wait has read 1.0 as its batch's start by now)
+    assert clock.wait_for_batcher_reads(reads + 2)
     clock.t = 1.05
     _, waited = waited.result(timeout=10)
 

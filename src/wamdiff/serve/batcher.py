@@ -127,6 +127,8 @@ class DynamicBatcher:
             try:
                 item = self._queue.get(timeout=left) if left > 0 else self._queue.get_nowait()
             except queue.Empty:
+                if left > 0:
+                    continue  # the deadline is the clock's: look again (the same time, unless a test's fake clock)
                 break
             if self._claim(item):
                 batch.append(item)
