@@ -8,7 +8,7 @@ export SDL_VIDEODRIVER := offscreen
 export PYGAME_HIDE_SUPPORT_PROMPT := 1
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: install docs test test-slow test-byoc test-gpu demo bench serve-bench ray-bench pipeline pipeline-small pipeline-ar clean
+.PHONY: install docs test test-slow test-slow-ci test-byoc test-gpu demo bench serve-bench ray-bench pipeline pipeline-small pipeline-ar clean
 
 install: $(STAMP)
 
@@ -35,6 +35,12 @@ docs: $(STAMP)
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow --durations=15
+
+# The slow checks CI runs after `make test` (.ci/run): all but the two that take minutes each by their own account
+# (the whole pipeline at the smallest scale; bring your own checkpoint at real width: `make test-byoc`).
+SLOW_CI_SKIP := not test_pipeline_smallest_scale and not test_bring_your_own_checkpoint_end_to_end
+test-slow-ci: $(STAMP)
+	$(BIN)/python -m pytest -q -m slow -k "$(SLOW_CI_SKIP)" --durations=15
 
 # Bring your own checkpoint: the sequence of docs/guides/convert.md on a real-width, 2+2-layer random
 # Qwen3-VL (standin -> convert -> 2 LoRA steps -> eval planner -> bench --quick). Slow (minutes), no download.

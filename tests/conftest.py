@@ -13,6 +13,13 @@ torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
 
 
 import pytest  # noqa: E402
+from hypothesis import settings  # noqa: E402
+
+# Property tests draw the same examples on every run (CI, `make test`, a plain pytest), so a failure is reproduced by
+# running again. HYPOTHESIS_PROFILE=explore (or --hypothesis-profile explore) searches with fresh random examples.
+settings.register_profile("repeatable", settings.get_profile("ci"))  # derandomize, no example database, print_blob
+settings.register_profile("explore", settings.get_profile("default"), deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 
 
 @pytest.fixture(scope="session")

@@ -34,8 +34,11 @@ def test_bench_cli_writes_json_plot_and_table(tmp_path):
 
 
 def test_bench_needs_exactly_one_model_source(tmp_path):
-    res = CliRunner().invoke(app, ["--out", str(tmp_path)])
-    assert res.exit_code != 0
+    from test_reliability_errors import assert_user_error, cli
+
+    assert_user_error(cli("bench", "--out", tmp_path), "give exactly one of --checkpoint DIR or --preset NAME")
+    assert_user_error(cli("bench", "--preset", "tiny", "--checkpoint", tmp_path, "--out", tmp_path),
+                      "give exactly one of --checkpoint DIR or --preset NAME")
 
 
 @pytest.mark.parametrize("args, word", [(["--compile", "maybe"], "--compile"), (["--caches", "lazy"], "lazy"),

@@ -9,8 +9,6 @@ import json
 import os
 import signal
 import sys
-import threading
-import time
 import zipfile
 from pathlib import Path
 
@@ -163,67 +161,53 @@ def test_ray_generation_writes_the_pools_files_byte_for_byte(local_ray, tmp_path
     assert_same_dataset(tmp_path / "pool", tmp_path / "ray", "val")
 
 
-def _descendants(root: int) -> set[int]:
-    parents = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                parents[int(d.name)] = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-    out, frontier = set(), {root}
-    while frontier:
-        frontier = {p for p, pp in parents.items() if pp in frontier} - out
-        out |= frontier
-    return out
+class DiesOnce:
+    """`driving.dataset._work` whose Ray worker is SIGKILLed while it runs one chosen scene, the first time that scene
+    runs (a marker file remembers it): the kill lands on a busy worker at a known job, whatever the timing."""
+
+    def __init__(self, seed: int, marker: Path):
+        self.seed, self.marker = seed, marker
+
+    def __call__(self, job):
+        from wamdiff.driving import dataset  # in the Ray worker: the real module (the stand-in is the driver's only)
+
+        if job[2] == self.seed and not self.marker.exists():
+            self.marker.write_text(str(os.getpid()))
+            os.kill(os.getpid(), signal.SIGKILL)
+        return dataset._work(job)
 
 
-def _kill_a_busy_ray_worker(scenes: Path, after: int, timeout: float = 120.0) -> list[int]:
-    """Once `after` scenes exist, SIGKILL one Ray worker of this test's Ray while it runs a job (its process
-    title is the job function's name then); returns the killed pid (empty if the run ended first)."""
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout:
-        if scenes.is_dir() and len(list(scenes.glob("*.npz"))) >= after:
-            for pid in sorted(_descendants(os.getpid())):
-                try:
-                    title = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
-                except OSError:
-                    continue
-                if title.startswith(b"ray::_ray_job"):
-                    os.kill(pid, signal.SIGKILL)
-                    return [pid]
-        time.sleep(0.05)
-    return []
+def _complete_scenes(out: Path) -> set[str]:
+    return {p.name for p in (out / "scenes").glob("*.npz") if p.with_suffix(".png").exists()}
 
 
-def _generate_while_killing(out: Path, executor: ExecutorConfig, n: int, killed: list):
-    killer = threading.Thread(target=lambda: killed.extend(_kill_a_busy_ray_worker(out / "scenes", after=2)))
-    killer.start()
-    try:
-        return generate_dataset(out, ["highway"], "val", n=n, executor=executor, progress=False)
-    finally:
-        killer.join()
+def test_a_worker_killed_mid_generation_loses_no_scene(local_ray, tmp_path, monkeypatch):
+    from wamdiff.driving import dataset
 
-
-def test_a_worker_killed_mid_generation_loses_no_scene(local_ray, tmp_path):
     n = 8
     ref = tmp_path / "ref"
     generate_dataset(ref, ["highway"], "val", n=n, workers=2, progress=False)
+    victim = dataset.split_seed("val", 2)  # the third scene
+    # the stand-in job lives in this test module, which Ray workers cannot import: send it by value
+    local_ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
     # no retries: the run stops with one line, keeps what finished, and a re-run completes the set
-    out, killed = tmp_path / "no_retry", []
-    with pytest.raises(WorkerLost, match="re-run the same command"):
-        _generate_while_killing(out, ExecutorConfig("ray", 2, retries=0), n, killed)
-    assert killed
-    assert len(list((out / "scenes").glob("*.npz"))) < n
+    out = tmp_path / "no_retry"
+    monkeypatch.setattr(dataset, "_work", DiesOnce(victim, tmp_path / "killed_no_retry"))
+    with pytest.raises(WorkerLost, match="a Ray worker died running .* re-run the same command"):
+        generate_dataset(out, ["highway"], "val", n=n, executor=ExecutorConfig("ray", 2, retries=0), progress=False)
+    assert (tmp_path / "killed_no_retry").exists()
+    kept = _complete_scenes(out)
+    assert dataset.scene_name("highway", "val", victim) + ".npz" not in kept and len(kept) < n
     again = generate_dataset(out, ["highway"], "val", n=n, executor=ExecutorConfig("ray", 2), progress=False)
-    assert again["generated"] >= 1
+    assert again["generated"] == n - len(kept)  # only what was missing: every scene that finished was kept
     assert_same_dataset(ref, out, "val")
 
     # Ray's retries (the default): the killed worker's scene is simulated again within the same run
-    out, killed = tmp_path / "retry", []
-    stats = _generate_while_killing(out, ExecutorConfig("ray", 2), n, killed)
-    assert killed and stats["generated"] == n
+    out = tmp_path / "retry"
+    monkeypatch.setattr(dataset, "_work", DiesOnce(victim, tmp_path / "killed_retry"))
+    stats = generate_dataset(out, ["highway"], "val", n=n, executor=ExecutorConfig("ray", 2), progress=False)
+    assert (tmp_path / "killed_retry").exists() and stats["generated"] == n
     assert_same_dataset(ref, out, "val")
 
 

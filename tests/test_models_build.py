@@ -148,5 +148,7 @@ def test_cli_build_convert_info(tmp_path):
     r = runner.invoke(app, ["info", str(dst)])
     assert r.exit_code == 0 and "Qwen3ForCausalLM" in r.output and "'block_size': 4" in r.output
     assert json.loads((dst / "config.json").read_text())["diffusion"]["block_size"] == 4
-    assert runner.invoke(app, ["build", "--preset", "nope", "--out", str(tmp_path / "x")]).exit_code != 0
-    assert runner.invoke(app, ["info", str(tmp_path / "missing")]).exit_code != 0
+    from test_reliability_errors import assert_user_error, cli
+
+    assert_user_error(cli("model", "build", "--preset", "nope", "--out", tmp_path / "x"), "unknown model preset 'nope'", "tiny")
+    assert_user_error(cli("model", "info", tmp_path / "missing"), f"{tmp_path / 'missing'}: not a model directory")

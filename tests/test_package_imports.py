@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import ast
 import importlib
+import pkgutil
 from pathlib import Path
 
-import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "wamdiff"
 
@@ -123,6 +123,37 @@ def test_the_checks_can_fail():
     assert layer("wamdiff.pipeline") > layer("wamdiff.report") > layer("wamdiff.eval.run") > layer("wamdiff.models.build")
 
 
-@pytest.mark.parametrize("module", sorted(modules()))
-def test_module_imports(module):
-    importlib.import_module(module)
+def import_every_module(package: str = "wamdiff") -> tuple[list[str], list[str]]:
+    """Import `package` and every module under it (pkgutil's walk); returns (modules found, "name: error" lines)."""
+    failed: list[str] = []
+    root = importlib.import_module(package)
+    found = [package]
+    for info in pkgutil.walk_packages(root.__path__, f"{package}.", onerror=lambda name: failed.append(f"{name}: walk failed")):
+        found.append(info.name)
+        try:
+            importlib.import_module(info.name)
+        except Exception as err:  # noqa: BLE001 - every failing module is reported, not just the first
+            failed.append(f"{info.name}: {type(err).__name__}: {err}".splitlines()[0])
+    return found, failed
+
+
+def test_every_module_imports():
+    """One import of every module (not a test per module): the message lists every module that fails."""
+    found, failed = import_every_module()
+    assert not failed, f"{len(failed)} module(s) fail to import:\n" + "\n".join(failed)
+    assert sorted(found) == sorted(modules())  # the walk saw every file (a folder without __init__.py would hide its modules)
+
+
+def test_the_import_check_reports_every_failing_module(tmp_path, monkeypatch):
+    pkg = tmp_path / "brokenpkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "fine.py").write_text("X = 1\n")
+    (pkg / "bad.py").write_text("import no_such_module_anywhere\n")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "sub" / "worse.py").write_text("1 / 0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    found, failed = import_every_module("brokenpkg")
+    assert sorted(found) == ["brokenpkg", "brokenpkg.bad", "brokenpkg.fine", "brokenpkg.sub", "brokenpkg.sub.worse"]
+    assert failed == ["brokenpkg.bad: ModuleNotFoundError: No module named 'no_such_module_anywhere'",
+                      "brokenpkg.sub.worse: ZeroDivisionError: division by zero"]

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import json
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -63,28 +63,50 @@ def test_the_default_converts_the_given_ar_vla_and_from_scratch_trains_it():
     assert scratch.checkpoint("ar_vla") == scratch.out / "ckpt" / "ar_vla" / "final"
 
 
-def _job(tmp: Path, seconds: float, fail: bool = False):
-    """A stage process: records its start and end times, sleeps, exits 0 or 1."""
+_STAGE = """
+import json, sys, time
+from pathlib import Path
+tmp, name, partners, fail = Path(sys.argv[1]), sys.argv[2], sys.argv[3].split(",") if sys.argv[3] else [], sys.argv[4] == "1"
+ended = sorted(p.stem for p in tmp.glob("*.end"))  # the stages that had finished when this one started
+(tmp / (name + ".start")).write_text(json.dumps(ended))
+t0 = time.monotonic()
+while not all((tmp / (p + ".start")).exists() for p in partners):  # a hang detector only: the partner is started
+    if time.monotonic() - t0 > 120:  # by run_lanes at once, or never
+        sys.exit(3)
+    time.sleep(0.01)
+(tmp / (name + ".end")).write_text("")
+sys.exit(1 if fail else 0)
+"""
+
+
+def _job(tmp: Path, together: dict[str, str] | None = None, fail: str = ""):
+    """A stage process: records which stages had ended when it started (`NAME.start`), waits until the stages
+    `together[NAME]` have started too (so it can only finish if they ran at the same time), writes `NAME.end`,
+    exits 1 if it is `fail`. Events, not clocks: the result is the same on a loaded machine."""
     def command(name):
-        code = (f"import time, sys; open({str(tmp / name)!r} + '.start', 'w').write(repr(time.time())); "
-                f"time.sleep({seconds}); open({str(tmp / name)!r} + '.end', 'w').write(repr(time.time())); "
-                f"sys.exit({1 if fail and name == 'b' else 0})")
-        return [sys.executable, "-c", code]
+        return [sys.executable, "-c", _STAGE, str(tmp), name, (together or {}).get(name, ""), "1" if name == fail else "0"]
     return command
 
 
-def _times(tmp, name):
-    return float((tmp / f"{name}.start").read_text()), float((tmp / f"{name}.end").read_text())
+def _ended_before(tmp: Path, name: str) -> list[str]:
+    """The stages that had ended when `name` started (it did start)."""
+    return json.loads((tmp / f"{name}.start").read_text())
 
 
 def test_lanes_run_independent_stages_together_and_dependent_ones_after(tmp_path):
     stages = [{"name": "a"}, {"name": "b", "init": "a"}, {"name": "t"}, {"name": "done_before", "init": "t0"}]
-    run_lanes(stages, 2, lambda s: s["name"] == "done_before", _job(tmp_path, 1.0), tmp_path / "logs")
-    a, b, t = (_times(tmp_path, n) for n in "abt")
-    assert t[0] < a[1] and a[0] < t[1]  # a and t overlapped
-    assert b[0] >= a[1]  # b started after a ended
+    run_lanes(stages, 2, lambda s: s["name"] == "done_before", _job(tmp_path, {"a": "t", "t": "a"}), tmp_path / "logs",
+              poll_s=0.05)  # a and t each end only once the other has started: they ran together
+    assert _ended_before(tmp_path, "a") == _ended_before(tmp_path, "t") == []
+    assert "a" in _ended_before(tmp_path, "b")  # b started after a ended
     assert not (tmp_path / "done_before.start").exists()
     assert (tmp_path / "logs" / "a.log").exists()
+
+
+def test_one_lane_runs_one_stage_at_a_time(tmp_path):
+    stages = [{"name": "a"}, {"name": "t"}, {"name": "u"}]
+    run_lanes(stages, 1, lambda s: False, _job(tmp_path), tmp_path / "logs", poll_s=0.05)
+    assert [_ended_before(tmp_path, n) for n in ("a", "t", "u")] == [[], ["a"], ["a", "t"]]
 
 
 def test_a_stage_done_before_runs_again_after_a_stage_it_needs_runs_again(tmp_path):
@@ -92,16 +114,15 @@ def test_a_stage_done_before_runs_again_after_a_stage_it_needs_runs_again(tmp_pa
     trains again (and the stage mixing that round in) must wait for it and run again, not be skipped."""
     stages = [{"name": "s"}, {"name": "r7", "aggregate": {"planner": "s,steps=2", "round": 7}},
               {"name": "d", "init": "s", "agg": 0.5, "agg_rounds": [7]}, {"name": "u"}]
-    run_lanes(stages, 2, lambda s: s["name"] in ("r7", "d", "u"), _job(tmp_path, 0.3), tmp_path / "logs")
-    s_, r7, d = (_times(tmp_path, n) for n in ("s", "r7", "d"))
-    assert s_[1] <= r7[0] and r7[1] <= d[0]
+    run_lanes(stages, 2, lambda s: s["name"] in ("r7", "d", "u"), _job(tmp_path), tmp_path / "logs", poll_s=0.05)
+    assert _ended_before(tmp_path, "s") == [] and "s" in _ended_before(tmp_path, "r7")
+    assert "r7" in _ended_before(tmp_path, "d")
     assert not (tmp_path / "u.start").exists()  # needs nothing that ran: still done
 
 
 def test_a_failed_stage_stops_new_starts_and_names_its_log(tmp_path):
     stages = [{"name": "b"}, {"name": "c", "init": "b"}, {"name": "d"}]
-    t0 = time.time()
     with pytest.raises(ValueError, match=r"stage b failed; its output is in .*b\.log"):
-        run_lanes(stages, 1, lambda s: False, _job(tmp_path, 0.2, fail=True), tmp_path / "logs")
+        run_lanes(stages, 1, lambda s: False, _job(tmp_path, fail="b"), tmp_path / "logs", poll_s=0.05)
+    assert (tmp_path / "b.end").exists()  # it ran to its end (exit 1)
     assert not (tmp_path / "c.start").exists() and not (tmp_path / "d.start").exists()
-    assert time.time() - t0 < 30

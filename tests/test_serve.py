@@ -112,18 +112,61 @@ def test_waiting_requests_are_batched_in_arrival_order_up_to_the_size_bound():
     assert batcher.stats.as_dict()["batch_sizes"] == {"2": 1, "4": 2}
 
 
+class FakeClock:
+    """Seconds that move only when the test moves them; counts the reads of other threads (the batcher's), each
+    counted once its value is fixed, so the test moving the clock cannot change a read it has seen."""
+
+    def __init__(self, t: float = 0.0):
+        self.t, self.batcher_reads, self.test_thread, self._cv = t, 0, threading.get_ident(), threading.Condition()
+
+    def __call__(self) -> float:
+        t = self.t
+        if threading.get_ident() != self.test_thread:
+            with self._cv:
+                self.batcher_reads += 1
+                self._cv.notify_all()
+        return t
+
+    def wait_for_batcher_reads(self, n: int, timeout: float = 10.0) -> bool:
+        with self._cv:
+            return self._cv.wait_for(lambda: self.batcher_reads >= n, timeout)
+
+
 def test_a_lone_request_waits_for_company_only_after_a_shared_batch():
-    rec = Recorder()
-    batcher = DynamicBatcher(rec, BatchingConfig(max_batch=8, max_wait_ms=1000), start=False)
-    pair = [batcher.submit(1), batcher.submit(2)]
+    """On a fake clock, so the queue times are exact on any machine: the bound (50 ms) is only ever waited in real
+    time while the test has not yet moved the clock past it."""
+    rec, clock = Recorder(), FakeClock()
+    batcher = DynamicBatcher(rec, BatchingConfig(max_batch=8, max_wait_ms=50), start=False, clock=clock)
+    pair = [batcher.submit(1), batcher.submit(2)]  # at t = 0
+    clock.t = 0.05  # the pair's bound has passed by the time the batcher looks: it goes as it is
     batcher.start()
-    assert [f.result(timeout=10)[1].batch_size for f in pair] == [2, 2]
-    _, waited = batcher.submit(3).result(timeout=10)  # after a batch of two: it waits the bound for others, then goes
+    assert [(f.result(timeout=10)[1].batch_size, f.result()[1].queue_s) for f in pair] == [(2, 0.05), (2, 0.05)]
+
+    reads, clock.t = clock.batcher_reads, 1.0
+    waited = batcher.submit(3)  # after a batch of two: it waits the bound for others, then goes alone
+    # two looks at the clock standing at 1.0: the batcher waited for company and still waits (one that did not
+    # wait has read 1.0 as its batch's start by now)
+    assert clock.wait_for_batcher_reads(reads + 2)
+    clock.t = 1.05
+    _, waited = waited.result(timeout=10)
+
+    clock.t = 2.0  # and stays: a batcher that waited for company now would wait for ever
     _, at_once = batcher.submit(4).result(timeout=10)  # after a lone batch: no one to wait for
     batcher.stop()
     assert rec.batches == [[1, 2], [3], [4]]
     assert waited.batch_size == at_once.batch_size == 1
-    assert waited.queue_s >= 0.99 and at_once.queue_s < 0.5  # the bound (1 s) against none: far apart on any machine
+    assert waited.queue_s == pytest.approx(0.05) and at_once.queue_s == 0.0  # the bound against none
+
+
+def test_a_request_sent_on_a_reply_is_not_company():
+    """A client that sends its next request as soon as its lone reply comes did not arrive while that batch ran:
+    the request goes at once (the clock never moves here, so a wait would never end)."""
+    rec = Recorder()
+    batcher = DynamicBatcher(rec, BatchingConfig(max_batch=8, max_wait_ms=50), clock=FakeClock())
+    for i in range(20):
+        assert batcher.submit(i).result(timeout=10)[1].queue_s == 0.0
+    batcher.stop()
+    assert rec.batches == [[i] for i in range(20)]
 
 
 def test_a_model_failure_is_the_failing_requests_own():

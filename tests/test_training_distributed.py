@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 
 import torch
 import torch.multiprocessing as mp
@@ -13,16 +12,12 @@ from wamdiff.training import train
 from wamdiff.training.metrics import read_metrics_csv
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _worker(rank: int, world: int, port: int, recipe: dict) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
-                      WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world))
-    result = train(recipe)
+def _worker(rank: int, world: int, rendezvous: str, recipe: dict) -> None:
+    # torchrun's variables tell accelerate it is one of `world` processes; the process group meets through a file of
+    # this test's tmp folder instead of a TCP port (a "free" port picked in advance can be taken before rank 0 binds it)
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world))
+    torch.distributed.init_process_group("gloo", init_method=rendezvous, rank=rank, world_size=world)
+    result = train(recipe)  # accelerate takes the process group that exists
     assert result.metrics["processes"] == world
     torch.distributed.destroy_process_group()
 
@@ -40,7 +35,8 @@ def _recipe(data, out, **kw):
 
 def test_two_processes_match_one_with_the_same_global_batch(tmp_path):
     data = make_data(tmp_path / "data", n_train=4)
-    mp.start_processes(_worker, args=(2, _free_port(), _recipe(data, tmp_path / "two")), nprocs=2, join=True,
+    rendezvous = (tmp_path / "rendezvous").as_uri()
+    mp.start_processes(_worker, args=(2, rendezvous, _recipe(data, tmp_path / "two")), nprocs=2, join=True,
                        start_method="spawn")
     with one_thread():
         one = train(_recipe(data, tmp_path / "one"))

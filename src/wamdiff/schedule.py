@@ -73,11 +73,11 @@ def stage_command(config: Path, name: str, from_scratch: bool = False) -> list[s
     return cmd + (["--from-scratch"] if from_scratch else [])
 
 
-def run_lanes(stages: list[dict], lanes: int, is_done, command, log_dir: Path) -> None:
+def run_lanes(stages: list[dict], lanes: int, is_done, command, log_dir: Path, poll_s: float = 2.0) -> None:
     """Run `stages` (in dependency order) with up to `lanes` processes at once, `command(name)` each, its output in
     `log_dir/<name>.log`; `is_done(stage)` tells a stage that finished earlier with the same settings and inputs (not
     started again, unless a stage it needs runs again). A failed stage stops new starts; the running ones finish,
-    then a ValueError names the stage and its log."""
+    then a ValueError names the stage and its log. `poll_s`: how often the running processes are checked."""
     names = {s["name"] for s in stages}
     to_run = {s["name"] for s in stages if not is_done(s)}
     for s in stages:  # dependency order: a stage after one that runs again is stale once that one finishes
@@ -104,7 +104,7 @@ def run_lanes(stages: list[dict], lanes: int, is_done, command, log_dir: Path) -
                 raise ValueError(f"stages {[s['name'] for s in waiting]} need stages that never finish")
             if not running:
                 break
-            time.sleep(2.0)
+            time.sleep(poll_s)
             for name, (proc, t0, log) in list(running.items()):
                 if proc.poll() is None:
                     continue

@@ -47,7 +47,7 @@ class BatchTiming:
 class _Item:
     value: object
     future: Future
-    arrived: float = field(default_factory=time.perf_counter)
+    arrived: float
 
 
 @dataclass
@@ -70,9 +70,10 @@ class DynamicBatcher:
     """`submit(value) -> Future` of `(result, BatchTiming)`; `run_batch(values) -> results` runs on one thread."""
 
     def __init__(self, run_batch: Callable[[list], list], config: BatchingConfig = BatchingConfig(), *, start: bool = True,
-                 on_batch: Callable[[int, float], None] | None = None):
-        """`on_batch(size, decode_s)`: called after each batch is decoded (the server's metrics)."""
-        self.run_batch, self.config, self.on_batch = run_batch, config, on_batch
+                 on_batch: Callable[[int, float], None] | None = None, clock: Callable[[], float] = time.perf_counter):
+        """`on_batch(size, decode_s)`: called after each batch is decoded (the server's metrics). `clock`: seconds,
+        for the wait bound and the timings (tests pass a fake one)."""
+        self.run_batch, self.config, self.on_batch, self.clock = run_batch, config, on_batch, clock
         self.stats = BatcherStats()
         self._queue: queue.Queue[_Item] = queue.Queue()
         self._stop = threading.Event()
@@ -105,7 +106,7 @@ class DynamicBatcher:
     def submit(self, value) -> Future:
         if self._stop.is_set():
             raise RuntimeError("the batcher is stopped")
-        item = _Item(value, Future())
+        item = _Item(value, Future(), self.clock())
         self._queue.put(item)
         return item.future
 
@@ -122,10 +123,12 @@ class DynamicBatcher:
             return batch
         deadline = first.arrived + self.config.max_wait_ms / 1e3
         while len(batch) < self.config.max_batch:
-            left = deadline - time.perf_counter()
+            left = deadline - self.clock()
             try:
                 item = self._queue.get(timeout=left) if left > 0 else self._queue.get_nowait()
             except queue.Empty:
+                if left > 0:
+                    continue  # the deadline is the clock's: look again (the same time, unless a test's fake clock)
                 break
             if self._claim(item):
                 batch.append(item)
@@ -139,34 +142,36 @@ class DynamicBatcher:
                 continue
             if not self._claim(first):
                 continue
-            batch = self._collect(first)
-            self._run(batch)
-            self._alone = len(batch) == 1 and self._queue.empty()
+            self._run(self._collect(first))
 
     def _run(self, batch: list[_Item]) -> None:
-        start = time.perf_counter()
+        start = self.clock()
         self.stats.batches += 1
         self.stats.requests += len(batch)
         self.stats.sizes[len(batch)] = self.stats.sizes.get(len(batch), 0) + 1
         try:
-            results = self._call([it.value for it in batch])
+            results, failure = self._call([it.value for it in batch]), None
         except Exception as err:  # noqa: BLE001 - never lost: the batch is retried alone, or the error is the request's
+            results, failure = [], err
+        # decided before any reply goes out: a request sent on a reply did not arrive while this batch ran
+        self._alone = len(batch) == 1 and self._queue.empty()
+        if failure is not None:
             if len(batch) == 1:
                 self.stats.failed += 1
-                batch[0].future.set_exception(err)
+                batch[0].future.set_exception(failure)
                 return
             self.stats.isolated += 1
             for it in batch:
-                t0 = time.perf_counter()
+                t0 = self.clock()
                 try:
                     (result,) = self._call([it.value])
                 except Exception as one_err:  # noqa: BLE001 - this request's own failure
                     self.stats.failed += 1
                     it.future.set_exception(one_err)
                 else:
-                    it.future.set_result((result, BatchTiming(t0 - it.arrived, time.perf_counter() - t0, 1)))
+                    it.future.set_result((result, BatchTiming(t0 - it.arrived, self.clock() - t0, 1)))
             return
-        decode = time.perf_counter() - start
+        decode = self.clock() - start
         if self.on_batch is not None:
             self.on_batch(len(batch), decode)
         for it, result in zip(batch, results):
