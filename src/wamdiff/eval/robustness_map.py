@@ -302,4 +302,46 @@ def map_markdown(summary: dict) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["Cell", "MapGrid", "collect_map", "heat_grid", "map_markdown", "parse_values", "plot_heatmaps", "run_map"]
+def pipeline_map_settings(p) -> tuple[dict, str, MapGrid]:
+    """The pipeline's `map:` section checked: ({row name: spec}, reference row, grid). `planners` lists report rows
+    (default: every row), `ref` one of them (default: the first); the rest is the grid (`MapGrid` fields;
+    families default to `data.families`). A mistake is a ValueError naming the config and the field."""
+    cfg = dict(p.cfg["map"] or {})
+    where = f"{p.config_path}: map"
+    rows = cfg.pop("planners", None)
+    ref = cfg.pop("ref", None)
+    specs = p.planners()
+    if rows is not None:
+        missing = [r for r in rows if r not in specs]
+        if missing or not rows:
+            raise ValueError(f"{where}.planners: {missing or rows!r} not report rows (evaluate.planners: "
+                             f"{', '.join(specs)})")
+        specs = {r: specs[r] for r in rows}
+    ref = ref if ref is not None else next(iter(specs))
+    if ref not in specs:
+        raise ValueError(f"{where}.ref: {ref!r} is not one of the map's planners ({', '.join(specs)})")
+    cfg.setdefault("families", list(p.cfg.get("data", {}).get("families") or []))
+    return specs, ref, MapGrid.from_dict(cfg, where=where)
+
+
+def pipeline_map(p) -> dict:
+    """The pipeline's `eval_map` stage: the map of `map:` into `<out>/eval_map` (resumable cell by cell)."""
+    specs, ref, grid = pipeline_map_settings(p)
+    return run_map(specs, grid, p.out / "eval_map", ref=ref, workers=int(p.cfg.get("data", {}).get("workers", 1)))
+
+
+def report_lines(summary: dict, map_dir: Path, report_dir: Path) -> list[str]:
+    """The report's map section: the PDMS difference heatmaps (copied next to the report) and the table."""
+    import shutil
+
+    lines = ["## Robustness map: quality over a grid of world settings", ""]
+    for rel in summary.get("heatmaps", []):
+        src = Path(map_dir) / rel
+        if Path(rel).name.startswith("delta_PDMS_") and src.exists():
+            shutil.copyfile(src, Path(report_dir) / f"map_{src.name}")
+            lines += [f"![{src.stem}](map_{src.name})", ""]
+    return lines + [summary.get("markdown", ""), f"Every heatmap, `map.csv` and `map.json` in `{map_dir}`.", ""]
+
+
+__all__ = ["Cell", "MapGrid", "collect_map", "heat_grid", "map_markdown", "parse_values", "pipeline_map",
+           "pipeline_map_settings", "plot_heatmaps", "report_lines", "run_map"]
