@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -79,3 +80,17 @@ def test_map_cli_bad_grid_is_one_line_exit_2(tmp_path):
                         "--out", str(tmp_path / "m")], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "--density" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert not (tmp_path / "m").exists()
+
+
+def test_pipeline_map_section_resolves_in_every_config_that_has_one(tmp_path):
+    from wamdiff.pipeline import Pipeline
+
+    root = Path(__file__).resolve().parents[1]
+    for config in ("default.yaml", "small.yaml"):  # small.yaml inherits default's map
+        specs, ref, grid = rm.pipeline_map_settings(Pipeline.load(root / "configs" / config))
+        assert ref == "AR VLA" and specs[ref].kind == "model" and len(grid.cells()) == 9
+        assert max(grid.density) > 1.3 and max(grid.speed_scale) > 1.25  # past training's traffic
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(f"base: {root / 'configs' / 'default.yaml'}\nmap: {{ref: nobody}}\n")
+    with pytest.raises(ValueError, match=r"map.ref: 'nobody'"):
+        rm.pipeline_map_settings(Pipeline.load(bad))

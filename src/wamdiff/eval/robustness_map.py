@@ -303,20 +303,25 @@ def map_markdown(summary: dict) -> str:
 
 
 def pipeline_map_settings(p) -> tuple[dict, str, MapGrid]:
-    """The pipeline's `map:` section checked: ({row name: spec}, reference row, grid). `planners` lists report rows
-    (default: every row), `ref` one of them (default: the first); the rest is the grid (`MapGrid` fields;
-    families default to `data.families`). A mistake is a ValueError naming the config and the field."""
+    """The pipeline's `map:` section checked: ({name: spec}, reference name, grid). `planners` maps a name to a
+    spec as `evaluate.planners` does (`stage:NAME` is that stage's checkpoint, decoded as its report row would be),
+    `ref` is one of those names (default: the first); the rest is the grid (`MapGrid` fields; families default to
+    `data.families`). A mistake is a ValueError naming the config and the field."""
     cfg = dict(p.cfg["map"] or {})
     where = f"{p.config_path}: map"
     rows = cfg.pop("planners", None)
     ref = cfg.pop("ref", None)
-    specs = p.planners()
-    if rows is not None:
-        missing = [r for r in rows if r not in specs]
-        if missing or not rows:
-            raise ValueError(f"{where}.planners: {missing or rows!r} not report rows (evaluate.planners: "
-                             f"{', '.join(specs)})")
-        specs = {r: specs[r] for r in rows}
+    if rows is None:
+        specs = p.planners()
+    elif not isinstance(rows, dict) or not rows:
+        raise ValueError(f"{where}.planners: expected a mapping of name: planner spec, got {rows!r}")
+    else:
+        specs = {}
+        for name, text in rows.items():
+            try:
+                specs[str(name)] = p.planner(str(text))
+            except ValueError as err:
+                raise ValueError(f"{where}.planners.{name}: {err}") from None
     ref = ref if ref is not None else next(iter(specs))
     if ref not in specs:
         raise ValueError(f"{where}.ref: {ref!r} is not one of the map's planners ({', '.join(specs)})")
