@@ -37,10 +37,8 @@ def failures(
 ) -> None:
     """Failure kinds per family and planner on the routes every planner drove: success, collision, route deviation,
     timeout, stop (agent blocked), planner error, off drivable, error."""
-    from .failure_kinds import KINDS
+    from .failure_kinds import KINDS, failure_table
     from .run import write_failure_kinds
-
-    from .failure_kinds import failure_table
 
     failure_table(list(folders), ref)  # a bad folder or reference: the one-line error before claiming --out
     claim_for_command(out)
@@ -125,7 +123,7 @@ def qa(
     and family, and every model against --ref on the same questions (paired difference, McNemar's p)."""
     from wamdiff.jsonfile import write_json
 
-    from .qa_retention import qa_summary, read_questions, answer_questions
+    from .qa_retention import answer_questions, qa_summary, read_questions
     from .report import planner_files, write_csv
     from .run import progress_bar
 
