@@ -9,7 +9,8 @@ reused; `evaluate.decode` reaches only the rows that decode with it, the student
   eval_speed   - the model planners timed on the same scenes at batch 1/8/32, interleaved (`evaluate.speed`,
                  `eval.plan_timing`): rerun whenever a model row is
   eval_closed  - closed-loop dev routes in lockstep (model planners on the first `model_routes` routes)
-  eval_qa      - multi-task retention: exact match on the test split's question-answer pairs
+  eval_qa      - multi-task retention: exact match on the test split's question-answer pairs (Wilson 95 %)
+  eval_map     - the robustness map over a grid of world settings (a `map:` section; `eval.robustness_map`)
   overlap      - teacher-student top-5 token overlap: diffusion teacher vs AR teacher, same student
   bench        - AR VLA vs diffusion student decoding speed, side by side on the same prompts
 (overlap and bench are keyed by their models' weights too: retraining the student or a teacher reruns them)
@@ -18,7 +19,7 @@ reused; `evaluate.decode` reaches only the rows that decode with it, the student
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 
 # Part of every evaluation stage's settings: results written by an older evaluation (e.g. with silent fallbacks)
@@ -138,33 +139,20 @@ def _executor(p):
 
 
 def stage_qa(p) -> dict:
-    """Multi-task retention: exact match on the test split's question-answer pairs, each model decoded as its
-    planner row is (its own decode settings, a short answer budget)."""
-    import torch
-
-    from wamdiff.decoding import generate
-    from wamdiff.models import image_processor_for, is_vision_model, load_model
-    from wamdiff.training.data import load_examples
-    from wamdiff.training.evaluation import normalise_answer
+    """Multi-task retention: exact match on the test split's question-answer pairs (the first `evaluate.qa_samples`,
+    default 64), each model decoded as its planner row is (`eval.qa_retention`), with its Wilson 95 % interval and,
+    against the first model row, the paired difference on the same questions."""
+    from wamdiff.eval.qa_retention import accuracy, answer_questions, qa_summary
 
     limit = int(p.cfg["evaluate"].get("qa_samples", 64))
+    rows_by = {name: answer_questions(spec, p.data_dir / "test_qa.json", limit)
+               for name, spec in p.planners().items() if spec.kind == "model" and spec.text.startswith("stage:")}
+    summary = qa_summary(rows_by, next(iter(rows_by), None))
     res = {}
-    for name, spec in p.planners().items():
-        if spec.kind != "model" or not spec.text.startswith("stage:"):
-            continue
-        model, tok = load_model(spec.checkpoint)
-        vision = bool(is_vision_model(model))
-        examples = load_examples(p.data_dir / "test_qa.json", tok, vision=vision, limit=limit,
-                                 image_processor=image_processor_for(model))
-        # QA answers are free text: no trajectory grammar and no grid read-out (`ordinal_window`), the rest as planned
-        config = replace(spec.decode, max_new_tokens=32, grammar=None, ordinal_window=0)
-        hits = 0
-        with torch.inference_mode():
-            for i in range(0, len(examples), 16):
-                chunk = examples[i:i + 16]
-                for e, g in zip(chunk, generate(model, tok, [e.prompt for e in chunk], config)):
-                    hits += normalise_answer(g.text) == normalise_answer(e.answer_text)
-        res[name] = {"qa_exact_match": hits / max(1, len(examples)), "n": len(examples)}
+    for name, rows in rows_by.items():
+        acc = accuracy(rows)
+        res[name] = {"qa_exact_match": acc["accuracy"] or 0.0, "n": acc["n"], "ci95": acc["ci95"],
+                     "vs_first": summary[name].get("vs_ref")}
     return {"planners": res}
 
 
@@ -228,6 +216,12 @@ def run_evaluation(p, run_stage) -> dict:
                          lambda rows: stage_closed(p, rows))
         combine_closed(p.out / "eval", closed)
         results["closed"] = {"planners": closed}
+    if p.cfg.get("map"):  # the robustness map (`eval.robustness_map`): resumable cell by cell on its own
+        from wamdiff.eval.robustness_map import pipeline_map, pipeline_map_settings
+
+        specs, ref, grid = pipeline_map_settings(p)
+        results["map"] = run_stage(p, "eval_map", lambda: pipeline_map(p), settings={
+            **planned, "map": p.cfg["map"], "rows": {n: row_settings(p, n, s) for n, s in specs.items()}})
     results["qa"] = run_stage(p, "eval_qa", lambda: stage_qa(p), settings={**planned, "rows": model_rows,
                                                                          "qa_samples": cfg.get("qa_samples")})
     if cfg.get("top5_overlap"):

@@ -385,6 +385,10 @@ def write_report(p, results: dict) -> Path:
                   "were timed on the machine that ran the pipeline, not on this one.", "",
                   markdown_table([{k: _num(v) for k, v in r.items()} for r in rec]), ""]
     lines += family_table(results)
+    if results.get("map"):
+        from wamdiff.eval.robustness_map import report_lines
+
+        lines += report_lines(results["map"], p.out / "eval_map", out)
     jumps = [(n, o["consistency"]) for n, o in (_get(results, "open", "planners") or {}).items()
              if _get(o, "consistency", "n_plans")]
     if jumps:

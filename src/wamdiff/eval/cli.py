@@ -167,6 +167,8 @@ def closedloop(
     per_family: int = typer.Option(None, "--per-family", min=1,
                                    help="Only the first N routes of each family (e.g. --routes full --per-family 10: 40 routes)."),
     strips: int = typer.Option(2, min=0, help="Frame strips for this many routes per planner."),
+    fail_strips: int = typer.Option(2, min=0, help="The last replans (camera and plans) of the first this many failed "
+                                               "routes of each family, per planner (fail_strips/)."),
     batch: int = typer.Option(0, min=0, help="Routes driven in lockstep, their replans batched into one planner call "
                                       "(0: all routes of the set)."),
     executor: Executor = typer.Option("process", help=EXECUTOR_HELP + " Drives route shards in parallel."),
@@ -191,7 +193,7 @@ def closedloop(
         raise UserError(f"--routes/--families/--per-family: {err}") from None
     claim_for_command(out)  # writable and ours before any driving
     results = evaluate_closed(specs, rset, out, record_frames=strips, batch=batch or None, route_set=routes, console=console,
-                              executor=fan_out)
+                              executor=fan_out, fail_strips=fail_strips)
     _table("closed loop (" + next(iter(results.values()))["version"] + ")", results,
            headline_columns(results, ["n", "success_rate", "route_completion", "driving_score", "efficiency", "comfort",
                                       "n_crashed", "n_crashed_not_at_fault", "success_rate_excl_not_at_fault", "n_timeout",
@@ -334,3 +336,11 @@ def aggregate(
         t.add_row(fam, str(c.get("visited", 0)), str(c.get("labelled", 0)), str(c.get("labelled_recovery", 0)),
                   str(c.get("off_route", 0)), str(drops), ends)
     console.print(t)
+
+
+# `eval failures`, `eval map` and `eval qa` live in their own module (the robustness and retention tooling)
+from .cli_map import failures, qa, robustness_map  # noqa: E402
+
+app.command()(failures)
+app.command("map")(robustness_map)
+app.command()(qa)

@@ -49,6 +49,7 @@ REPLAN_EVERY = 5  # ticks (0.5 s at 10 Hz)
 TRACE_FIELDS = ("t", "x", "y", "heading", "speed", "progress_m", "lateral_m", "in_junction", "command")
 DT = 0.1
 PLANNER_ERROR = "Failed - planner error"  # a replan without a usable plan (and no fallback opted in)
+REPLANS_KEPT = 4  # the last replans of a route (camera, plan) kept for the failure strips (`route_diagnostics`)
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,9 @@ class RouteResult:
     collision_at_fault: bool | None = None  # NAVSIM's rule: front, or lateral while the ego straddles lanes
     trace: list = field(default_factory=list)  # per tick: TRACE_FIELDS (failure timelines, BEV of the driven path)
     route_xy: np.ndarray | None = None  # world-frame route centreline, for those plots
+    # the last REPLANS_KEPT replans: (t, speed, command, camera image, world-frame plan xy [41, 2]); what the planner
+    # saw and planned just before the route ended (`route_diagnostics.plot_last_replans`)
+    last_replans: list = field(default_factory=list)
 
     @property
     def penalty(self) -> float:
@@ -299,6 +303,8 @@ def _drive(route: Route, res: RouteResult, expert_mode: bool, record_frames: boo
                 res.status, res.error = PLANNER_ERROR, f"t={world.time:.1f}s: {raw.reason}"
                 break
             ref = _plan_to_world(plan, state[[X, Y, HEADING]])
+            res.last_replans = [*res.last_replans[1 - REPLANS_KEPT:],
+                                (float(world.time), float(state[VX]), command, scene.image, ref[:, :2].copy())]
             tracker, k_plan = BatchLQRTracker(ref[None], vehicle), 0
             on_frame_time = abs(world.time / frame_every_s - round(world.time / frame_every_s)) < 1e-6
             if record_frames and len(res.frames) < max_frames and on_frame_time:

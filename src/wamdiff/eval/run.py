@@ -35,6 +35,7 @@ from wamdiff.eval.plan_timing import SpeedProbe, plans_speed, time_planners
 from wamdiff.eval.planners import fallback_planner, make_planner, plan_scenes
 from wamdiff.eval.report import plot_bev, plot_family_bars, planner_files, plot_strip, plot_subscores, write_csv
 from wamdiff.eval.specs import PlannerSpec
+from wamdiff.eval.failure_kinds import first_failures, plot_last_replans
 from wamdiff.eval.route_diagnostics import failure_summary, plot_failure_timelines, plot_route_paths
 from wamdiff.executors import ExecutorConfig, parallel_executor
 from wamdiff.jsonfile import write_json
@@ -183,6 +184,10 @@ def combine_closed(out: str | Path, results: dict) -> None:
     out = Path(out)
     write_json(out / "closedloop_summary.json", {"version": next(iter(results.values()))["version"], "planners": results})
     plot_family_bars(results, "driving_score", out / "closedloop_driving_score.png")
+    try:
+        write_failure_kinds(out)
+    except ValueError:  # planners that share no route: nothing to put side by side
+        pass
 
 
 def _write_open_summaries(out: Path, results: dict, plans_by: dict, scenes: list, timings: dict) -> None:
@@ -230,9 +235,10 @@ def _plot_open(out: Path, results: dict, plans_by: dict, rows_by: dict, scenes: 
 
 def evaluate_closed(planners: dict[str, PlannerSpec], routes: list, out: str | Path, *, record_frames: int = 0,
                     batch: int | None = None, model_routes: int | None = None, route_set: str = "",
-                    console: Console | None = None, executor: ExecutorConfig | None = None) -> dict:
+                    console: Console | None = None, executor: ExecutorConfig | None = None, fail_strips: int = 2) -> dict:
     """Drive `routes` with every planner (model planners: the first `model_routes` routes only, when given).
-    `executor`: route shards driven in parallel (`eval.fanout.drive_routes`); None: all here, in lockstep."""
+    `executor`: route shards driven in parallel (`eval.fanout.drive_routes`); None: all here, in lockstep.
+    `fail_strips`: the last replans of the first that many failed routes per family (`fail_strips/`)."""
     out = Path(out)
     files = planner_files(planners)
     built = {name: (make_planner(spec), fallback_planner(spec)) for name, spec in planners.items()}
@@ -258,6 +264,9 @@ def evaluate_closed(planners: dict[str, PlannerSpec], routes: list, out: str | P
             write_json(out / f"failures_{file}.json", failure_summary(res))
             plot_failure_timelines(res, out / f"timelines_{file}.png")
             plot_route_paths(res, out / f"paths_{file}.png")
+            for r in first_failures(res, fail_strips):
+                plot_last_replans(r, out / "fail_strips" / f"{file}_{r.route.name}.png",
+                                  title=f"{name} {r.route.name}: {r.status} at {r.completion:.0f}%")
             for r in res:
                 if r.frames:
                     plot_strip([f for _, f in r.frames], [c for c, _ in r.frames], out / "strips" / f"{file}_{r.route.name}.png",
@@ -269,10 +278,24 @@ def evaluate_closed(planners: dict[str, PlannerSpec], routes: list, out: str | P
     return results
 
 
+def write_failure_kinds(out: str | Path, folders: list | None = None, ref: str | None = None) -> dict:
+    """failure_kinds.{csv,json,md,png} in `out` over the closed-loop results of `folders` (default: `out`)."""
+    from wamdiff.eval.failure_kinds import failure_table, markdown, plot_kinds
+
+    out = Path(out)
+    table = failure_table([Path(f) for f in (folders or [out])], ref)
+    write_csv(table["rows"], out / "failure_kinds.csv")
+    write_json(out / "failure_kinds.json", table)
+    (out / "failure_kinds.md").write_text(markdown(table))
+    plot_kinds(table, out / "failure_kinds.png")
+    return table
+
+
 def headline_columns(results: dict, columns: list[str], failed: str = "n_failed") -> list[str]:
     """`columns` after the failed-plan count and, where any planner opted in to a fallback, the fallback count."""
     fallback = any(r.get("fallback") for r in results.values())
     return [failed, *(["n_fallback"] if fallback else []), *columns]
 
 
-__all__ = ["OpenLoopSettings", "evaluate_closed", "evaluate_open", "headline_columns", "plot_indices"]
+__all__ = ["OpenLoopSettings", "evaluate_closed", "evaluate_open", "headline_columns", "plot_indices",
+           "write_failure_kinds"]
