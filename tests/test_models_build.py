@@ -17,7 +17,6 @@ from wamdiff.models import (
 )
 from wamdiff.models import tokens as T
 from wamdiff.models.cli import app
-from wamdiff.models.processor import chat_prompt
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +47,8 @@ def proc(tok):
 def test_encode_prompt_chat_format_and_images(tok, proc):
     human = "Here is a front-view images from a driving vehicle: <image>\nHow many vehicles are ahead within 30 m?"
     ep = encode_prompt(tok, human, [Image.fromarray(_image())], image_processor=proc)
-    expect = chat_prompt(human.replace("<image>", T.VISION_START + T.IMAGE_PAD * 16 + T.VISION_END))
+    expect = "<|im_start|>user\n" + human.replace("<image>", T.VISION_START + T.IMAGE_PAD * 16 + T.VISION_END) + \
+        "<|im_end|>\n<|im_start|>assistant\n"
     assert tok.decode(ep.input_ids) == expect and expect.endswith("<|im_start|>assistant\n")
     assert ep.image_grid_thw.tolist() == [[1, 8, 8]] and ep.pixel_values.shape == (64, 3 * 2 * 8 * 8)
     assert int(ep.mm_token_type_ids.sum()) == 16

@@ -42,6 +42,8 @@ def standin(
     text_layers: int = typer.Option(None, help="Cut the text decoder to this many layers (default: published depth)."),
     vision_layers: int = typer.Option(None, help="Cut the vision tower to this many blocks (default: published depth)."),
     processor: bool = typer.Option(True, help="Write a preprocessor_config.json shaped like the published one."),
+    chat_template: bool = typer.Option(True, help="Give its tokenizer Qwen's published chat template (as a real "
+                                                  "checkpoint has); --no-chat-template: none (wamdiff's layout)."),
     seed: int = typer.Option(0, help="Initialisation seed."),
 ) -> None:
     """A random-weight stand-in for a real Qwen3-VL checkpoint (published sizes, own Qwen2-style tokenizer)."""
@@ -49,7 +51,8 @@ def standin(
     from wamdiff.models.standin import build_standin
 
     try:
-        build_standin(out, size, text_layers=text_layers, vision_layers=vision_layers, processor_file=processor, seed=seed)
+        build_standin(out, size, text_layers=text_layers, vision_layers=vision_layers, processor_file=processor, seed=seed,
+                      chat_template=chat_template)
     except ValueError as err:
         raise typer.BadParameter(str(err)) from err
     _show(model_info(out), f"stand-in {size} -> {out}")
@@ -63,12 +66,25 @@ def convert(
     base_model: str = typer.Option(None, help="Model card: the Hugging Face id of the base model (default: the "
                                               "source's own card's base_model, if any)."),
     license: str = typer.Option(None, help="Model card: the weights' license (default: the source card's, else other)."),
+    chat_template: Path = typer.Option(None, help="A Jinja chat template file the prompts are built with from now "
+                                                  "on (your VLA's fine-tuning layout); saved as the converted "
+                                                  "tokenizer's own. Default: the source tokenizer's template, else "
+                                                  "wamdiff's layout."),
 ) -> None:
     """Convert a checkpoint to block diffusion (settings in its config; weights unchanged) with a model card."""
     from wamdiff.models import load_model, model_info, save_model, to_diffusion
     from wamdiff.models.card import write_model_card
+    from wamdiff.models.processor import read_chat_template
 
+    template = None
+    if chat_template is not None:
+        try:
+            template = read_chat_template(chat_template)
+        except ValueError as err:
+            raise typer.BadParameter(str(err), param_hint="--chat-template") from None
     model, tokenizer = load_model(src, dtype="auto")  # weights unchanged, dtype included
+    if template is not None:
+        tokenizer.chat_template = template  # save_pretrained writes it (chat_template.jinja): every later load has it
     save_model(to_diffusion(model, block_size, tokenizer=tokenizer), tokenizer, out)  # + the source's image processor
     write_model_card(out, base_model=base_model, license=license, source=src)
     _show(model_info(out), f"converted {src} -> {out}")

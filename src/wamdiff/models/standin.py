@@ -40,6 +40,22 @@ QWEN3_VL_2B = PublishedSize(
 )
 SIZES = {"qwen3-vl-2b": QWEN3_VL_2B}
 
+# Qwen2-VL-Instruct's published chat template (a default system turn, image items as
+# <|vision_start|><|image_pad|><|vision_end|>): the stand-in's tokenizer carries it, as a real Qwen checkpoint does,
+# so its prompts are built through a real Qwen template and not wamdiff's default layout.
+QWEN_CHAT_TEMPLATE = (
+    "{% set image_count = namespace(value=0) %}{% set video_count = namespace(value=0) %}{% for message in messages %}"
+    "{% if loop.first and message['role'] != 'system' %}<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
+    "{% endif %}<|im_start|>{{ message['role'] }}\n{% if message['content'] is string %}{{ message['content'] }}"
+    "<|im_end|>\n{% else %}{% for content in message['content'] %}{% if content['type'] == 'image' or 'image' in "
+    "content or 'image_url' in content %}{% set image_count.value = image_count.value + 1 %}{% if add_vision_id %}"
+    "Picture {{ image_count.value }}: {% endif %}<|vision_start|><|image_pad|><|vision_end|>{% elif content['type'] "
+    "== 'video' or 'video' in content %}{% set video_count.value = video_count.value + 1 %}{% if add_vision_id %}"
+    "Video {{ video_count.value }}: {% endif %}<|vision_start|><|video_pad|><|vision_end|>{% elif 'text' in content "
+    "%}{{ content['text'] }}{% endif %}{% endfor %}<|im_end|>\n{% endif %}{% endfor %}{% if add_generation_prompt %}"
+    "<|im_start|>assistant\n{% endif %}"
+)
+
 # The published processor: 16-px patches, pixels normalised to [-1, 1], images resized to 256x256 .. 4096x4096
 # pixels in total (a 64x64 render -> 256x256 -> 64 image tokens). Its type names the torchvision processor;
 # wamdiff reads the file with the Pillow one (no torchvision).
@@ -94,12 +110,16 @@ def standin_config(size: str = "qwen3-vl-2b", *, text_layers: int | None = None,
 
 
 def build_standin(out, size: str = "qwen3-vl-2b", *, text_layers: int | None = None, vision_layers: int | None = None,
-                  dtype: torch.dtype = torch.bfloat16, processor_file: bool = True, seed: int = 0) -> Path:
-    """Write a random-weight Qwen3-VL checkpoint directory of published sizes to `out`; returns `out`."""
+                  dtype: torch.dtype = torch.bfloat16, processor_file: bool = True, seed: int = 0,
+                  chat_template: bool = True) -> Path:
+    """Write a random-weight Qwen3-VL checkpoint directory of published sizes to `out`; returns `out`.
+    chat_template: its tokenizer carries Qwen's chat template (`QWEN_CHAT_TEMPLATE`), else none."""
     from wamdiff.models.tokenizer import build_qwen2_style_tokenizer
 
     out = Path(out)
     tokenizer = build_qwen2_style_tokenizer(standin_corpus())
+    if chat_template:
+        tokenizer.chat_template = QWEN_CHAT_TEMPLATE
     config = standin_config(size, text_layers=text_layers, vision_layers=vision_layers, tokenizer=tokenizer)
     torch.manual_seed(seed)
     model = Qwen3VLForConditionalGeneration._from_config(config, dtype=dtype)
