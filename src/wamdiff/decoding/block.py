@@ -94,15 +94,17 @@ def decode_block(
     trace=None,
     readout=None,
 ):
-    """Decode with `config`'s block settings (block_size: the runner's, resolved by `generate`; threshold,
-    max_steps, strategy, fused_commit, delayed_cache, max_new_tokens). Returns (tokens [N, A] (PAD after EOS),
-    lengths [N], forwards [N], finished [N]).
+    """Decode with `config`'s block settings (block_size, as `generate` resolved it and the runner's layout holds it;
+    threshold, max_steps, strategy, fused_commit, delayed_cache, max_new_tokens). Returns (tokens [N, A] (PAD after
+    EOS), lengths [N], forwards [N], finished [N]).
 
     `trace(block_index, step, block_tokens_before, logits)` is called after every denoising forward (tests);
     in delayed-cache steps the rows of positions that were not queried are NaN. `readout`: keyword arguments of
     `decoding.readout.read_out` (window, table); None = the most likely token and its probability.
     """
     n, p, block_size = runner.n, runner.P, runner.block_size
+    if config.block_size != block_size:
+        raise ValueError(f"decode_block: config.block_size {config.block_size!r} is not the runner's {block_size}")
     max_new_tokens, fused_commit, delayed_cache = config.max_new_tokens, config.fused_commit, config.delayed_cache
     dev = runner.device
     lean = runner.lean != "off"  # denoising steps give logits only to the still-masked positions
