@@ -12,6 +12,7 @@ import torch
 from wamdiff.decoding import DecodeConfig, generate
 from wamdiff.decoding import block as block_mod
 from wamdiff.decoding.bench.grid import BenchGrid
+from wamdiff.decoding.config import resolve_decode
 from wamdiff.decoding.bench.tune import measure_curve
 from wamdiff.decoding.cost_model import Forward, StepCosts, machine_key, step_costs_for
 from wamdiff.decoding.dial import (
@@ -41,8 +42,9 @@ def _runner(model, prompts, block, lean, static):
 
 
 def _decode(runner, mask_id, cache, trace=None):
-    return block_mod.decode_block(runner, max_new_tokens=24, mask_id=mask_id, eos_id=EOS, pad_id=PADID, threshold=0.6,
-                                  max_steps=4, fused_commit=True, delayed_cache=cache == "delayed", trace=trace)
+    cfg = DecodeConfig(block_size=runner.block_size, max_new_tokens=24, threshold=0.6, max_steps=4, fused_commit=True,
+                       delayed_cache=cache == "delayed")
+    return block_mod.decode_block(runner, cfg, mask_id=mask_id, eos_id=EOS, pad_id=PADID, trace=trace)
 
 
 @pytest.mark.parametrize("static", [False, True])
@@ -174,7 +176,7 @@ def test_block_size_auto_decodes_with_the_setting_the_dial_picks(tmp_path, monke
     assert choose(curve, c, 3, lean=auto.lean, static_shapes=False).block_size == 4
     for batch, (block, tau) in ((prompts[:1], (8, 0.8)), (prompts, (4, 0.7))):
         got = generate(model, TOK, batch, auto)
-        want = generate(model, TOK, batch, DecodeConfig(block_size=block, threshold=tau, max_steps_per_block=4,
+        want = generate(model, TOK, batch, DecodeConfig(block_size=block, threshold=tau, max_steps=4,
                                                         max_new_tokens=16))
         assert [g.token_ids for g in got] == [g.token_ids for g in want]
         assert [g.forwards for g in got] == [g.forwards for g in want]
@@ -202,10 +204,10 @@ def test_block_size_auto_without_a_tuned_curve_says_what_to_run(tmp_path, monkey
 
 
 def test_auto_in_options_and_bad_values():
-    assert DecodeConfig.from_options({"block": "auto"}).block_size == "auto"
-    assert DecodeConfig.from_options({"lean": "head"}).lean == "head"
+    assert resolve_decode({"block": "auto"}).block_size == "auto"
+    assert resolve_decode({"lean": "head"}).lean == "head"
     with pytest.raises(ValueError, match="block"):
-        DecodeConfig.from_options({"block": "fast"}, "spec x")
+        resolve_decode({"block": "fast"}, where="spec x")
     with pytest.raises(ValueError, match="lean"):
         DecodeConfig(lean="skinny")
 

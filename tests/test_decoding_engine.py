@@ -7,8 +7,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dataclasses import replace
+
 from wamdiff.decoding import DecodeConfig, generate
 from wamdiff.decoding.block import fixed_schedule, select_threshold
+from wamdiff.decoding.config import resolve_decode
 from wamdiff.decoding.engine import model_block_settings, to_generations
 from wamdiff.models.tokens import token_id
 from wamdiff.decoding.runner import StepRunner, collate_prompts
@@ -99,9 +102,8 @@ def _decode_block_traced(model, prompts, cfg):
     runner = StepRunner(model, batch, bs, cfg.max_new_tokens, lean=cfg.lean, prefill_cache=cfg.prefill_cache)
     logs = []
     out, lengths, forwards, finished = block_mod.decode_block(
-        runner, max_new_tokens=cfg.max_new_tokens, mask_id=mask_id, eos_id=EOS, pad_id=PADID,
-        threshold=cfg.threshold, max_steps=cfg.max_steps_per_block, strategy=cfg.strategy,
-        fused_commit=cfg.fused_commit, trace=lambda b, s, x, lg: logs.append((x == mask_id, lg.float())),
+        runner, cfg, mask_id=mask_id, eos_id=EOS, pad_id=PADID,
+        trace=lambda b, s, x, lg: logs.append((x == mask_id, lg.float())),
     )
     return to_generations(TOK, out, lengths, forwards, finished, EOS), logs
 
@@ -125,7 +127,7 @@ def test_cached_block_decoding_equals_recomputation(qwen3, block, fused, lean):
     """Exact paths, token for token and logit for logit against full recomputation: the static slot cache, the
     fused commit, and the lean steps (logits / last-layer MLP only where read)."""
     prompt = synthetic_prompt(TOK, 9, seed=3)
-    cfg = DecodeConfig(block_size=block, threshold=0.5, max_steps_per_block=block, max_new_tokens=2 * block,
+    cfg = DecodeConfig(block_size=block, threshold=0.5, max_steps=block, max_new_tokens=2 * block,
                        fused_commit=fused, lean=lean)
     (gen,), logs = _decode_block_traced(qwen3, [prompt], cfg)
     ref, ref_logs = _reference_block_decode(qwen3, prompt, block=block, tau=0.5, max_steps=block, max_new=2 * block,
@@ -138,7 +140,7 @@ def test_cached_block_decoding_equals_recomputation(qwen3, block, fused, lean):
 @pytest.mark.parametrize("lean, prefill_cache", [("off", False), ("last_layer", True)])
 def test_cached_block_decoding_equals_recomputation_vl_with_image(qwen3_vl, lean, prefill_cache):
     prompt = synthetic_prompt(TOK, 7, seed=4, image=True)
-    cfg = DecodeConfig(block_size=4, threshold=0.5, max_steps_per_block=4, max_new_tokens=8, lean=lean,
+    cfg = DecodeConfig(block_size=4, threshold=0.5, max_steps=4, max_new_tokens=8, lean=lean,
                        prefill_cache=prefill_cache)
     (gen,), logs = _decode_block_traced(qwen3_vl, [prompt], cfg)
     ref, ref_logs = _reference_block_decode(qwen3_vl, prompt, block=4, tau=0.5, max_steps=4, max_new=8,
@@ -224,9 +226,8 @@ def _decode_block_traced_batch(model, prompts, cfg):
     table = cfg.grammar.table(cfg.max_new_tokens, model.lm_head.out_features, PADID) if cfg.grammar else None
     logs = []
     out, lengths, forwards, finished = block_mod.decode_block(
-        runner, max_new_tokens=cfg.max_new_tokens, mask_id=mask_id, eos_id=EOS, pad_id=PADID,
-        threshold=cfg.threshold, max_steps=cfg.max_steps_per_block, fused_commit=True, grammar_table=table,
-        delayed_cache=cfg.delayed_cache, trace=lambda b, s, x, lg: logs.append(lg.float().nan_to_num(0.0, 0.0, 0.0)),
+        runner, replace(cfg, fused_commit=True), mask_id=mask_id, eos_id=EOS, pad_id=PADID, grammar_table=table,
+        trace=lambda b, s, x, lg: logs.append(lg.float().nan_to_num(0.0, 0.0, 0.0)),
     )
     return to_generations(TOK, out, lengths, forwards, finished, EOS), logs
 
@@ -308,8 +309,9 @@ def test_threshold_strategy_bounded_by_block_size_forwards(block, delayed):
     batch = collate_prompts([prompt], PADID)
     runner = StepRunner(model, batch, block, 2 * block)
     masks_before = []
-    block_mod.decode_block(runner, max_new_tokens=2 * block, mask_id=model_block_settings(model, TOK)[1], eos_id=-1,
-                           pad_id=PADID, threshold=0.9, max_steps=64, fused_commit=True, delayed_cache=delayed,
+    cfg = DecodeConfig(block_size=block, max_new_tokens=2 * block, threshold=0.9, max_steps=64, fused_commit=True,
+                       delayed_cache=delayed)
+    block_mod.decode_block(runner, cfg, mask_id=model_block_settings(model, TOK)[1], eos_id=-1, pad_id=PADID,
                            trace=lambda b, s, x, lg: (steps.append(b), masks_before.append(int((x == model.config.mask_token_id).sum()))))
     for b in set(steps):
         assert steps.count(b) <= block
@@ -324,7 +326,7 @@ def test_threshold_strategy_bounded_by_block_size_forwards(block, delayed):
 def test_fixed_strategy_uses_fixed_step_count():
     model = tiny_qwen3(TOK, peaky=6.0, seed=12)
     (g,) = generate(model, TOK, [synthetic_prompt(TOK, 6)], DecodeConfig(block_size=8, strategy="fixed",
-                                                                         max_steps_per_block=4, max_new_tokens=16))
+                                                                         max_steps=4, max_new_tokens=16))
     assert len(g.token_ids) == 16 and g.forwards == 2 * 4  # 2 blocks x 4 steps (prefill + commit fused)
     assert fixed_schedule(8, 3) == [3, 3, 2] and fixed_schedule(4, 32) == [1, 1, 1, 1]
 
@@ -417,8 +419,8 @@ def test_int8_decoding_follows_the_no_cache_reference_of_the_same_int8_model(qwe
     assert precision_name(model) == "float32"
     n_linear = sum(isinstance(m, torch.nn.Linear) for m in model.modules())
     prompt = synthetic_prompt(TOK, 7, seed=4, image=True)
-    cfg = DecodeConfig(block_size=4, threshold=0.5, max_steps_per_block=4, max_new_tokens=8, dtype="int8")
-    assert cfg.dtype == INT8 and DecodeConfig.from_options({"dtype": "int8"}).dtype == INT8  # planner spec dtype=int8
+    cfg = DecodeConfig(block_size=4, threshold=0.5, max_steps=4, max_new_tokens=8, dtype="int8")
+    assert cfg.dtype == INT8 and resolve_decode({"dtype": "int8"}).dtype == INT8  # planner spec dtype=int8
     (gen,) = generate(model, TOK, [prompt], cfg)
     quantized = [m for m in model.modules() if isinstance(m, torch.ao.nn.quantized.dynamic.Linear)]
     assert is_int8(model) and len(quantized) == n_linear > 0

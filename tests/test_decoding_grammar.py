@@ -101,7 +101,7 @@ def test_constrained_decode_with_a_merged_tokenizer_parses(qwen_fixed1):
     n = -(-len(gram.classes) // 8) * 8
     for mode in ("ar", "block"):
         cfg = DecodeConfig(mode=mode, block_size=8 if mode == "block" else None, grammar=gram, max_new_tokens=n,
-                           max_steps_per_block=2)
+                           max_steps=2)
         with torch.no_grad():
             gens = generate(model, tok, prompts, cfg)
         for g in gens:  # an untrained model, but every token was forced into its position's set

@@ -46,10 +46,10 @@ def test_tail_mlp_runs_the_mlp_on_the_last_rows_only(models):
 
 def _decode(model, prompts, lean, **kw):
     _, mask_id = model_block_settings(model, TOK)
-    runner = StepRunner(model, collate_prompts(prompts, PADID), kw.pop("block"), kw["max_new_tokens"], lean=lean)
+    runner = StepRunner(model, collate_prompts(prompts, PADID), kw["block_size"], kw["max_new_tokens"], lean=lean)
     logs = []
-    out = block_mod.decode_block(runner, mask_id=mask_id, eos_id=EOS, pad_id=PADID, fused_commit=True,
-                                 trace=lambda b, s, x, lg: logs.append((x == mask_id, lg.float())), **kw)
+    out = block_mod.decode_block(runner, DecodeConfig(fused_commit=True, **kw), mask_id=mask_id, eos_id=EOS,
+                                 pad_id=PADID, trace=lambda b, s, x, lg: logs.append((x == mask_id, lg.float())))
     return out, logs
 
 
@@ -60,7 +60,7 @@ def test_lean_steps_give_the_full_steps_tokens_and_logits_in_a_batch(models, vl,
     exact and with the delayed cache; logits compared at every position still masked before the step."""
     model = models[vl]
     prompts = [synthetic_prompt(TOK, n, seed=50 + n, image=vl) for n in (3, 14, 8)]
-    kw = dict(block=8, max_new_tokens=24, threshold=0.7, max_steps=8, delayed_cache=delayed)
+    kw = dict(block_size=8, max_new_tokens=24, threshold=0.7, max_steps=8, delayed_cache=delayed)
     ref, ref_logs = _decode(model, prompts, "off", **dict(kw))
     for lean in ("head", "last_layer"):
         got, logs = _decode(model, prompts, lean, **dict(kw))

@@ -44,8 +44,8 @@ def _traced_logits(model, prompts, *, mode, attention, delayed=False, block=4, m
         out = decode_ar(runner, max_new_tokens=max_new, eos_id=EOS, pad_id=PADID)
     else:
         runner = StepRunner(model, batch, block, max_new, attention=attention)
-        out = block_mod.decode_block(runner, max_new_tokens=max_new, mask_id=model_block_settings(model, TOK)[1],
-                                     eos_id=EOS, pad_id=PADID, threshold=0.6, delayed_cache=delayed,
+        cfg = DecodeConfig(block_size=block, max_new_tokens=max_new, threshold=0.6, delayed_cache=delayed)
+        out = block_mod.decode_block(runner, cfg, mask_id=model_block_settings(model, TOK)[1], eos_id=EOS, pad_id=PADID,
                                      trace=lambda b, s, x, lg: logs.append(lg.float().nan_to_num(0.0, 0.0, 0.0)))
     return out[0], logs
 

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from wamdiff.decoding import DecodeConfig, Grammar, generate
+from wamdiff.decoding.config import resolve_decode
 from wamdiff.decoding.readout import OrdinalTable, read_out
 from wamdiff.decoding.testing import synthetic_prompt, tiny_qwen3, tiny_tokenizer
 from wamdiff.models.tokens import BIN_TOKENS, IM_END, PAD, token_id
@@ -191,5 +192,5 @@ def test_the_ordinal_read_out_needs_a_grammar(model):
     with pytest.raises(ValueError, match="grammar"):
         generate(model, TOK, [synthetic_prompt(TOK, 5)], DecodeConfig(ordinal_window=2, max_new_tokens=4))
     with pytest.raises(ValueError, match="ordinal"):
-        DecodeConfig.from_options({"ordinal": "-1"}, "spec")
-    assert DecodeConfig.from_options({"ordinal": "2"}, "spec").ordinal_window == 2
+        resolve_decode({"ordinal": "-1"}, where="spec")
+    assert resolve_decode({"ordinal": "2"}, where="spec").ordinal_window == 2

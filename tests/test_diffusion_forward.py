@@ -11,7 +11,9 @@ from hypothesis import strategies as st
 from transformers import DynamicCache, Qwen3ForCausalLM, Qwen3VLForConditionalGeneration
 
 from wamdiff.diffusion.forward import ar_forward, diffusion_forward
-from wamdiff.diffusion.masks import decode_block_mask, decode_position_ids, prefill_mask, prefix_position_ids
+from wamdiff.diffusion.masks import (
+    decode_block_mask_dense, decode_position_ids, encode_mask, prefill_mask_dense, prefix_position_ids,
+)
 from wamdiff.models import build_config, build_tokenizer, encode_answer, encode_prompt, to_diffusion
 from wamdiff.models.image_geometry import processor_from_vision_config
 
@@ -181,7 +183,7 @@ def test_training_equals_kv_cache_decode_qwen3(tok, qwen3):
     n, P = p.shape
     causal = torch.ones(P, P, dtype=torch.bool).tril()
     mask = ((causal[None] & pm[:, None, :]) | torch.eye(P, dtype=torch.bool))[:, None]
-    assert torch.equal(mask, prefill_mask(pm))
+    assert torch.equal(mask, encode_mask(prefill_mask_dense(pm)))
     pos = (pm.long().cumsum(1) - 1).clamp_min(0)
     cache = DynamicCache(config=model.config)
     _cached_forward(model, p, mask, pos, cache)
@@ -189,12 +191,12 @@ def test_training_equals_kv_cache_decode_qwen3(tok, qwen3):
     for b in range(x0.shape[1] // B):
         cols = slice(b * B, (b + 1) * B)
         block_mask = torch.cat([valid[:, None, :].expand(n, B, -1), torch.ones(n, B, B, dtype=torch.bool)], -1)[:, None]
-        assert torch.equal(block_mask, decode_block_mask(valid, B))
+        assert torch.equal(block_mask, encode_mask(decode_block_mask_dense(valid, B)))
         block_pos = n_real[:, None] + b * B + torch.arange(B)
         assert torch.equal(block_pos, decode_position_ids(n_real, b * B, B, mrope=False))
         real = am[:, cols, None]
         for enc in ("sdpa", "eager", "flex"):  # every encoding of the decode mask, each step cropped away
-            noisy = _cached_forward(model, xt[:, cols], decode_block_mask(valid, B, enc), block_pos, cache)
+            noisy = _cached_forward(model, xt[:, cols], encode_mask(decode_block_mask_dense(valid, B), enc), block_pos, cache)
             cache.crop(-B)
             assert ((noisy - train[:, cols]) * real).abs().max() <= TOL, f"block {b} {enc}"
         _cached_forward(model, x0[:, cols], block_mask, block_pos, cache)  # commit the clean block
@@ -335,16 +337,16 @@ def test_padding_and_batching_do_not_change_logits_qwen3vl(tok, qwen3vl):
 def test_training_step_backward_is_finite(tok, attn):
     """One masked-diffusion step on a left-padded Qwen3-VL batch: finite loss, gradients reach the vision tower."""
     from wamdiff.diffusion.losses import masked_diffusion_loss
-    from wamdiff.diffusion.noising import add_noise
+    from wamdiff.diffusion.noising import noise_answers
 
     torch.manual_seed(0)
     model = to_diffusion(Qwen3VLForConditionalGeneration(build_config("tiny", tok)), 4, tokenizer=tok).train()
     ep, x0, am, kw = _vl_inputs(tok, "0.50,1.00")
     x0 = torch.nn.functional.pad(x0, (0, -x0.shape[1] % 4), value=tok.pad_token_id)
     am = torch.ones_like(x0, dtype=torch.bool)
-    nz = add_noise(x0, am, 4, tok.mask_token_id, generator=torch.Generator().manual_seed(0))
-    logits = diffusion_forward(model, x0=x0, xt=nz.xt, answer_mask=am, block_size=4, attn=attn, **kw)
-    loss = masked_diffusion_loss(logits, x0, nz.masked, nz.t, am)
+    xt, t = noise_answers(x0, 4, tok.mask_token_id, answer_mask=am, generator=torch.Generator().manual_seed(0))
+    logits = diffusion_forward(model, x0=x0, xt=xt, answer_mask=am, block_size=4, attn=attn, **kw)
+    loss = masked_diffusion_loss(logits, x0, xt == tok.mask_token_id, t, am)
     loss.backward()
     grads = [p.grad for p in model.parameters() if p.grad is not None]
     assert torch.isfinite(loss) and all(torch.isfinite(g).all() for g in grads)
@@ -353,7 +355,7 @@ def test_training_step_backward_is_finite(tok, attn):
 
 @torch.no_grad()
 def test_fused_commit_and_next_block_step_equals_training(tok, qwen3):
-    """decode_block_mask(n_blocks=2): [clean block b-1 | noisy block b] in one forward on a cache holding the
+    """decode_block_mask_dense(n_blocks=2): [clean block b-1 | noisy block b] in one forward on a cache holding the
     prompt + blocks < b-1 gives noisy block b its training logits (and commits b-1 to the cache)."""
     model = qwen3[1]
     B = 2
@@ -361,12 +363,12 @@ def test_fused_commit_and_next_block_step_equals_training(tok, qwen3):
     xt = _noisy(x0, am, model.config.mask_token_id, seed=5)
     train = diffusion_forward(model, prompt_ids=p, prompt_mask=pm, x0=x0, xt=xt, answer_mask=am, block_size=B)
     cache = DynamicCache(config=model.config)
-    _cached_forward(model, p, prefill_mask(pm), (pm.long().cumsum(1) - 1).clamp_min(0), cache)
+    _cached_forward(model, p, encode_mask(prefill_mask_dense(pm)), (pm.long().cumsum(1) - 1).clamp_min(0), cache)
     valid, n_real = pm.clone(), pm.sum(1)
     for b in range(1, x0.shape[1] // B):
         prev, cols = slice((b - 1) * B, b * B), slice(b * B, (b + 1) * B)
         ids = torch.cat([x0[:, prev], xt[:, cols]], 1)
-        logits = _cached_forward(model, ids, decode_block_mask(valid, B, n_blocks=2),
+        logits = _cached_forward(model, ids, encode_mask(decode_block_mask_dense(valid, B, 2)),
                                  decode_position_ids(n_real, (b - 1) * B, 2 * B, mrope=False), cache)
         cache.crop(-B)  # keep the committed clean block, drop the noisy one
         assert ((logits[:, B:] - train[:, cols]) * am[:, cols, None]).abs().max() <= TOL, f"block {b}"

@@ -9,9 +9,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from wamdiff.diffusion.losses import masked_diffusion_loss, symmetric_jsd, topk_overlap
-from wamdiff.diffusion.noising import add_noise, complementary_copy, noise_answers, sample_block_rates
+from wamdiff.diffusion.noising import complementary_copy, noise_answers, sample_block_rates
 
 MASK = 99
+
+
+def add_noise(x0, answer_mask, block_size, mask_token_id, *, min_rate=0.05, complementary=False, generator=None):
+    """Reference noising of a batch in one call: `noise_answers`, with its `complementary_copy` appended as rows
+    N..2N-1. Returns (xt, masked, t). Training splits it (noise the global batch, copies per process's rows)."""
+    xt, t = noise_answers(x0, block_size, mask_token_id, answer_mask=answer_mask, min_rate=min_rate, generator=generator)
+    if complementary:
+        xt2, t2 = complementary_copy(x0, xt, t, mask_token_id, answer_mask=answer_mask, min_rate=min_rate)
+        xt, t = torch.cat([xt, xt2]), torch.cat([t, t2])
+    return xt, xt == mask_token_id, t
 
 
 def _logits(*shape, seed=0):
@@ -44,12 +54,32 @@ def test_complementary_copy_masks_exactly_the_visible_real_tokens():
     x0 = torch.randint(0, 50, (3, 12))
     am = torch.ones(3, 12, dtype=torch.bool)
     am[2, 8:] = False
-    nz = add_noise(x0, am, 4, MASK, complementary=True, generator=torch.Generator().manual_seed(2))
-    first, second = nz.masked[:3], nz.masked[3:]
+    xt, masked, t = add_noise(x0, am, 4, MASK, complementary=True, generator=torch.Generator().manual_seed(2))
+    first, second = masked[:3], masked[3:]
     assert torch.equal(first ^ second, am) and not (first & second).any()
-    assert torch.equal(nz.xt[3:][~second], x0[~second])
-    xt2, t2 = complementary_copy(x0, nz.xt[:3], nz.t[:3], MASK, answer_mask=am)
-    assert torch.equal(xt2, nz.xt[3:]) and torch.allclose(t2, (1 - nz.t[:3]).clamp_min(0.05))
+    assert torch.equal(xt[3:][~second], x0[~second])
+    xt2, t2 = complementary_copy(x0, xt[:3], t[:3], MASK, answer_mask=am)
+    assert torch.equal(xt2, xt[3:]) and torch.allclose(t2, (1 - t[:3]).clamp_min(0.05))
+
+
+def test_the_training_objective_noises_as_the_reference():
+    """The trainer's path (`Objective.noise` on the global batch, then `with_copies` on a process's rows) draws the
+    same x_t, t and complementary copy as the one-call reference with the same generator."""
+    from wamdiff.training.config import load_recipe
+    from wamdiff.training.data import Batch
+    from wamdiff.training.objectives import build_objective
+
+    recipe = load_recipe({"name": "t", "kind": "block", "data": {"train": ["x.json"]}, "model": {"preset": "tiny", "block_size": 4},
+                          "diffusion": {"complementary": True, "min_rate": 0.1}})
+    objective = build_objective(recipe, MASK)
+    x0 = torch.randint(0, 50, (3, 12), generator=torch.Generator().manual_seed(4))
+    am = torch.ones(3, 12, dtype=torch.bool)
+    am[1, 7:] = False
+    batch = Batch(torch.ones(3, 2, dtype=torch.long), torch.ones(3, 2, dtype=torch.bool), x0, am)
+    got = objective.with_copies(objective.noise(batch, torch.Generator().manual_seed(5)))
+    xt, masked, t = add_noise(x0, am, 4, MASK, min_rate=0.1, complementary=True, generator=torch.Generator().manual_seed(5))
+    assert torch.equal(got.xt, xt) and torch.equal(got.t, t) and torch.equal(objective.masked(got), masked & am.repeat(2, 1))
+    assert masked[:3].any() and masked[3:].any()
 
 
 # ----------------------------------------------------------------------------------------- diffusion loss

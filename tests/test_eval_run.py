@@ -53,7 +53,7 @@ def test_a_spec_is_parsed_once_into_typed_settings():
     spec = PlannerSpec.parse("model:ck/pt,mode=block,block=16,threshold=0.8,steps=4,delayed=1,fmt=fixed1,batch=4")
     assert spec.kind == "model" and spec.checkpoint == Path("ck/pt") and spec.fmt == "fixed1" and spec.batch == 4
     d = spec.decode
-    assert (d.mode, d.block_size, d.threshold, d.max_steps_per_block, d.delayed_cache) == ("block", 16, 0.8, 4, True)
+    assert (d.mode, d.block_size, d.threshold, d.max_steps, d.delayed_cache) == ("block", 16, 0.8, 4, True)
     assert spec.fallback is None  # no fallback unless asked for
     assert PlannerSpec.parse("model:x,fallback=cv").fallback == "cv"
     assert PlannerSpec.parse("model:x").decode.threshold == PlannerSpec.parse("model:y").decode.threshold == 0.9
@@ -275,7 +275,7 @@ def test_the_students_decode_setting_reaches_only_the_rows_that_decode_with_it(t
     two = keys({"mode": "block", "block": 17, "steps": 2, "threshold": 0.5, "ordinal": 2})
     four = keys({"mode": "block", "block": 17, "steps": 4, "threshold": 0.5, "ordinal": 2})
     assert two["AR"] == four["AR"] and two["expert"] == four["expert"]
-    assert two["student"] != four["student"] and two["student"]["decoding"]["max_steps_per_block"] == 2
+    assert two["student"] != four["student"] and two["student"]["decoding"]["max_steps"] == 2
     assert two["capped"] == four["capped"] and four["capped"] == {**four["student"], "row": "capped",
                                                                    "spec": rows["capped"]}
     assert two["AR"]["decoding"]["mode"] == "ar"
@@ -303,7 +303,7 @@ def test_pipeline_specs_are_typed_and_checked_at_load(tmp_path):
     specs = Pipeline.load(tmp_path / "p.yaml").planners()
     capped = specs["B32, <= 4 steps"]
     assert capped.checkpoint == ckpt and capped.fmt == "fixed1" and capped.batch == 16
-    assert capped.decode == replace(PlannerSpec.parse("model:x").decode, mode="block", block_size=32, max_steps_per_block=4,
+    assert capped.decode == replace(PlannerSpec.parse("model:x").decode, mode="block", block_size=32, max_steps=4,
                                     delayed_cache=True, ordinal_window=2)
     assert specs["AR"].decode.mode == "ar"  # decided by the checkpoint (no saved diffusion settings), not its name
     assert specs["AR"].decode == replace(PlannerSpec.parse("model:x").decode, mode="ar")  # greedy: no block settings

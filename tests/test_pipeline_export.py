@@ -55,8 +55,8 @@ def test_an_exported_student_decodes_as_the_pipeline_evaluated_it(tmp_path):
         "block": 17, "steps": 2, "threshold": 0.5, "ordinal": 2}
     assert "wamdiff_decode" not in json.loads((dest / "ar" / "config.json").read_text())
     d = PlannerSpec.parse(f"model:{dest / 'student'}").decode
-    assert (d.mode, d.block_size, d.max_steps_per_block, d.threshold, d.ordinal_window) == ("block", 17, 2, 0.5, 2)
-    assert PlannerSpec.parse(f"model:{dest / 'student'},steps=4,ordinal=0").decode.max_steps_per_block == 4
+    assert (d.mode, d.block_size, d.max_steps, d.threshold, d.ordinal_window) == ("block", 17, 2, 0.5, 2)
+    assert PlannerSpec.parse(f"model:{dest / 'student'},steps=4,ordinal=0").decode.max_steps == 4
     assert PlannerSpec.parse(f"model:{dest / 'student'},mode=ar").decode.ordinal_window == 0  # AR: none of it
     assert PlannerSpec.parse(f"model:{dest / 'ar'}").decode.mode == "ar"
 

@@ -252,9 +252,11 @@ IN_PROCESS = f"model:{SERVED},mode=block"  # its answer format (delta) is record
 
 
 def _engine(max_batch: int):
+    from wamdiff.eval.specs import PlannerSpec
     from wamdiff.serve.engine import PlannerEngine, ServeSettings
 
-    return PlannerEngine(ServeSettings(SERVED, "block", "delta", max_batch=max_batch, max_wait_ms=0))
+    spec = PlannerSpec.model(SERVED, {"mode": "block", "fmt": "delta", "batch": max_batch})
+    return PlannerEngine(ServeSettings(spec, max_wait_ms=0))
 
 
 @pytest.fixture(scope="module")
@@ -273,13 +275,15 @@ def _live_scenes(n: int):
 
 def test_served_plans_equal_in_process_plans(model_server):
     from wamdiff.eval.planners import make_planner, plan_scenes
-    from wamdiff.eval.specs import recorded_decode_options
+    from wamdiff.decoding.config import resolve_decode
+    from wamdiff.models.recorded import recorded_decode
 
     url, engine = model_server
     info = engine.info()
-    recorded = recorded_decode_options(SERVED)  # the decode the pipeline evaluated the shipped student with
+    recorded = recorded_decode(SERVED)  # the decode the pipeline evaluated the shipped student with
     assert info["mode"] == "block" and info["format"] == "delta"
-    assert info["block_size"] == recorded.get("block", 32) and info["threshold"] == recorded.get("threshold", 0.9)
+    want = resolve_decode(recorded=recorded)
+    assert (info["block_size"], info["threshold"], info["max_steps"]) == (want.block_size, want.threshold, want.max_steps)
     scenes = _live_scenes(3)
     served = plan_scenes(make_planner(url), scenes)
     local = plan_scenes(make_planner(f"{IN_PROCESS},batch=1"), scenes)

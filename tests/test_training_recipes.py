@@ -156,7 +156,7 @@ def test_distill_model_with_onpolicy_refresh(data, block_model, tmp_path):
                                            "onpolicy_steps_per_block": 2}))
     trainer = Trainer(rec)
     inputs = trainer.step_inputs(0)  # step 0 refreshes: x_0 = the student's own fixed-steps greedy decode
-    cfg = DecodeConfig(mode="block", block_size=4, strategy="fixed", max_steps_per_block=2,
+    cfg = DecodeConfig(mode="block", block_size=4, strategy="fixed", max_steps=2,
                        max_new_tokens=inputs.batch.x0.shape[1])
     gens = generate(trainer.unwrapped, trainer.tokenizer, [e.prompt for e in inputs.batch.examples], cfg)
     for row, g in zip(inputs.batch.x0, gens):

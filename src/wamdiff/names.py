@@ -23,7 +23,7 @@ DTYPES = ("fp32", "float32", "bf16", "bfloat16", "fp16", "float16", "int8")  # D
 GRID_DTYPES = ("fp32", "bf16", "int8")  # the dtypes `wamdiff bench` times (int8: CPU only)
 CACHES = ("exact", "delayed")  # `wamdiff bench --caches`: DecodeConfig.delayed_cache off / on
 DEFAULT_THRESHOLD = 0.9  # DecodeConfig.threshold when neither the caller nor the checkpoint's recorded decode sets it
-DEFAULT_MAX_STEPS = 32  # DecodeConfig.max_steps_per_block, likewise
+DEFAULT_MAX_STEPS = 32  # DecodeConfig.max_steps, likewise
 
 # the driving world
 FAMILIES = ("highway", "merge", "roundabout", "intersection")  # in registry order: it fixes route seeds and report order

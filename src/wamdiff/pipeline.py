@@ -26,7 +26,6 @@ from wamdiff.provenance import provenance
 console = Console()
 
 # `evaluate.decode` options that set how a diffusion student decodes; an AR row leaves them out (its own row may not)
-BLOCK_DECODE_OPTIONS = ("block", "threshold", "steps", "strategy", "delayed", "fused_commit", "ordinal")
 
 
 # ------------------------------------------------------------------------------------------ config
@@ -120,17 +119,18 @@ class Pipeline:
         with `evaluate.decode` under the spec's own options (e.g. `stage:block32_more,steps=4` for a capped-steps
         row of the same checkpoint), answers in the data's format, AR decoding for an AR stage; any other text is
         a planner spec as on the command line."""
-        from wamdiff.eval.specs import PlannerSpec, split_options  # noqa: PLC0415
+        from wamdiff.decoding.config import BLOCK_SETTINGS, setting_name  # noqa: PLC0415
+        from wamdiff.eval.specs import PLANNER_OPTIONS, PlannerSpec, split_options  # noqa: PLC0415
 
         if not spec.startswith("stage:"):
             return PlannerSpec.parse(spec)
         stage, *items = spec.split(":", 1)[1].split(",")
         decode, own = dict(self.cfg.get("evaluate", {}).get("decode", {})), split_options(spec, items)
         if not self.is_diffusion_stage(stage):  # an AR row decodes greedily: `evaluate.decode`'s block settings
-            decode = {k: v for k, v in decode.items() if k not in BLOCK_DECODE_OPTIONS}  # are the students'
-            own = {**own, "mode": "ar"}
-            own.pop("block", None)
-        return PlannerSpec.model(self.checkpoint(stage), {"fmt": self.stage_format(stage), **decode, **own}, text=spec)
+            def without(options, names):  # are the students'
+                return {k: v for k, v in options.items() if k in PLANNER_OPTIONS or setting_name(k, spec) not in names}
+            decode, own = without(decode, BLOCK_SETTINGS), {**without(own, ("block_size",)), "mode": "ar"}
+        return PlannerSpec.model(self.checkpoint(stage), {"fmt": self.stage_format(stage)}, decode, own, text=spec)
 
     def planners(self) -> dict:
         """{report row name: PlannerSpec} of `evaluate.planners`."""
@@ -148,12 +148,12 @@ class Pipeline:
         if stage in train:
             kind = (train[stage].get("set") or {}).get("kind") or read_recipe_yaml(train[stage]["recipe"]).get("kind")
             return RecipeKind(kind or RecipeKind.AR_SFT).diffusion
-        from wamdiff.eval.specs import recorded_decoding_mode  # noqa: PLC0415
+        from wamdiff.models.recorded import is_diffusion, is_model_dir  # noqa: PLC0415
 
-        config = self.checkpoint(stage) / "config.json"
-        if not config.is_file():
-            raise ValueError(f"{self.config_path}: stage {stage!r} is neither a training stage nor a checkpoint ({config})")
-        return recorded_decoding_mode(self.checkpoint(stage)) == "block"
+        if not is_model_dir(self.checkpoint(stage)):
+            raise ValueError(f"{self.config_path}: stage {stage!r} is neither a training stage nor a checkpoint "
+                             f"({self.checkpoint(stage) / 'config.json'})")
+        return is_diffusion(self.checkpoint(stage))
 
 
 class _Replace(dict):
@@ -513,7 +513,12 @@ def export_checkpoints(config: str | Path, dest: str | Path, stages: list[str], 
     dest.mkdir(parents=True, exist_ok=True)
     record = {"config": str(p.config_path), "config_text": p.config_path.read_text(), **provenance(), "stages": {}}
     finished = 0.0
-    decode = {k: v for k, v in (p.cfg.get("evaluate") or {}).get("decode", {}).items() if k in BLOCK_DECODE_OPTIONS}
+    from wamdiff.decoding.config import BLOCK_SETTINGS, setting_name
+    from wamdiff.eval.specs import PLANNER_OPTIONS
+
+    # the students' block settings, recorded as the config spells them (`models.recorded.recorded_decode`)
+    decode = {k: v for k, v in (p.cfg.get("evaluate") or {}).get("decode", {}).items()
+              if k not in PLANNER_OPTIONS and setting_name(k, f"{p.config_path}: evaluate.decode") in BLOCK_SETTINGS}
     for stage in stages:
         src = p.checkpoint(stage)
         if src.resolve() != (dest / stage).resolve():  # a given checkpoint exported onto itself stays untouched

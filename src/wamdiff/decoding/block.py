@@ -30,21 +30,22 @@ from __future__ import annotations
 
 import torch
 
+from wamdiff.decoding.config import DecodeConfig
 from wamdiff.decoding.readout import read_out
 from wamdiff.decoding.runner import StepRunner
 
 
-def fixed_schedule(block_size: int, steps: int) -> list[int]:
-    """Tokens to unmask at each step of the fixed strategy: min(B, steps) steps, counts as even as possible."""
-    n = min(block_size, steps)
+def fixed_schedule(block_size: int, max_steps: int) -> list[int]:
+    """Tokens to unmask at each step of the fixed strategy: min(block_size, max_steps) steps, counts as even as possible."""
+    n = min(block_size, max_steps)
     base, extra = divmod(block_size, n)
     return [base + (1 if i < extra else 0) for i in range(n)]
 
 
-def select_threshold(conf: torch.Tensor, masked: torch.Tensor, tau: float) -> torch.Tensor:
-    """Positions to unmask: masked & (conf >= tau), plus the most confident masked one per row."""
+def select_threshold(conf: torch.Tensor, masked: torch.Tensor, threshold: float) -> torch.Tensor:
+    """Positions to unmask: masked & (conf >= threshold), plus the most confident masked one per row."""
     conf = conf.masked_fill(~masked, -1.0)
-    sel = conf >= tau
+    sel = conf >= threshold
     sel.scatter_(1, conf.argmax(1, keepdim=True), True)
     return sel & masked
 
@@ -84,38 +85,38 @@ def _pow2(n: int) -> int:
 @torch.inference_mode()
 def decode_block(
     runner: StepRunner,
+    config: DecodeConfig,
     *,
-    max_new_tokens: int,
     mask_id: int,
     eos_id: int,
     pad_id: int,
-    threshold: float,
-    max_steps: int = 32,
-    strategy: str = "threshold",
-    fused_commit: bool = True,
     grammar_table=None,
-    delayed_cache: bool = False,
     trace=None,
     readout=None,
 ):
-    """Returns (tokens [N, A] (PAD after EOS), lengths [N], forwards [N], finished [N]).
+    """Decode with `config`'s block settings (block_size, as `generate` resolved it and the runner's layout holds it;
+    threshold, max_steps, strategy, fused_commit, delayed_cache, max_new_tokens). Returns (tokens [N, A] (PAD after
+    EOS), lengths [N], forwards [N], finished [N]).
 
     `trace(block_index, step, block_tokens_before, logits)` is called after every denoising forward (tests);
     in delayed-cache steps the rows of positions that were not queried are NaN. `readout`: keyword arguments of
     `decoding.readout.read_out` (window, table); None = the most likely token and its probability.
     """
-    n, p, bsz = runner.n, runner.P, runner.B
+    n, p, block_size = runner.n, runner.P, runner.block_size
+    if config.block_size != block_size:
+        raise ValueError(f"decode_block: config.block_size {config.block_size!r} is not the runner's {block_size}")
+    max_new_tokens, fused_commit, delayed_cache = config.max_new_tokens, config.fused_commit, config.delayed_cache
     dev = runner.device
     lean = runner.lean != "off"  # denoising steps give logits only to the still-masked positions
-    n_blocks = -(-max_new_tokens // bsz)
-    out = torch.full((n, n_blocks * bsz), pad_id, dtype=torch.long, device=dev)
+    n_blocks = -(-max_new_tokens // block_size)
+    out = torch.full((n, n_blocks * block_size), pad_id, dtype=torch.long, device=dev)
     forwards = torch.zeros(n, dtype=torch.long, device=dev)
     finished = torch.zeros(n, dtype=torch.bool, device=dev)
     lengths = torch.zeros(n, dtype=torch.long, device=dev)
-    cols = torch.arange(bsz, device=dev)
-    all_mask = torch.full((n, bsz), mask_id, dtype=torch.long, device=dev)
-    schedule = fixed_schedule(bsz, max_steps) if strategy == "fixed" else None
-    n_steps_cap = len(schedule) if schedule is not None else max_steps
+    cols = torch.arange(block_size, device=dev)
+    all_mask = torch.full((n, block_size), mask_id, dtype=torch.long, device=dev)
+    schedule = fixed_schedule(block_size, config.max_steps) if config.strategy == "fixed" else None
+    n_steps_cap = len(schedule) if schedule is not None else config.max_steps
 
     if not fused_commit:  # plain prefill: one forward for everyone
         runner.prefill(None, keep=1)
@@ -123,33 +124,33 @@ def decode_block(
     pending = None  # clean tokens of the previous block awaiting commit (fused mode)
 
     for blk in range(n_blocks):
-        s0 = p + blk * bsz
+        s0 = p + blk * block_size
         active = ~finished
         x = all_mask.clone()
-        masked = active[:, None].expand(n, bsz).clone()
-        allowed = None if grammar_table is None else grammar_table[blk * bsz:(blk + 1) * bsz]
+        masked = active[:, None].expand(n, block_size).clone()
+        allowed = None if grammar_table is None else grammar_table[blk * block_size:(blk + 1) * block_size]
         decided_last = torch.zeros_like(masked)  # delayed cache: decided at the previous step, K/V not yet written
         step = 0
         while True:
             idx = None
             if step == 0 and fused_commit and blk == 0:
-                logits = runner.prefill(x, keep=bsz)
+                logits = runner.prefill(x, keep=block_size)
             elif step == 0 and pending is not None:
-                logits = runner.forward(torch.cat([pending, x], dim=1), s0 - bsz, keep=bsz)
+                logits = runner.forward(torch.cat([pending, x], dim=1), s0 - block_size, keep=block_size)
             elif step > 0 and (delayed_cache or lean):  # K/V-only rows first, the still-masked (logit) rows last
                 order, keep = order_queries(decided_last if delayed_cache else ~masked, masked, runner.static_shapes)
                 keep = keep if lean else order.shape[1]
                 logits = runner.forward_slots(x.gather(1, order), s0 + order, keep)
                 idx = order[:, order.shape[1] - keep:]  # the block positions of the logit rows
             else:
-                logits = runner.forward(x, s0, keep=bsz)
+                logits = runner.forward(x, s0, keep=block_size)
             if allowed is not None:
                 logits = logits.masked_fill(~(allowed[idx] if idx is not None else allowed), float("-inf"))
             if trace is not None:
-                full = logits if idx is None else torch.full((n, bsz, logits.shape[-1]), float("nan"), device=dev).scatter(
+                full = logits if idx is None else torch.full((n, block_size, logits.shape[-1]), float("nan"), device=dev).scatter(
                     1, idx[..., None].expand_as(logits), logits.float())
                 trace(blk, step, x.clone(), full)
-            conf, pred = read_out(logits, blk * bsz + (cols if idx is None else idx), **(readout or {}))
+            conf, pred = read_out(logits, blk * block_size + (cols if idx is None else idx), **(readout or {}))
             if idx is not None:  # back to block positions; positions without logits are never masked
                 conf = torch.full(x.shape, -1.0, device=dev).scatter(1, idx, conf)
                 pred = x.scatter(1, idx, pred)
@@ -160,7 +161,7 @@ def decode_block(
             elif schedule is not None:
                 sel = select_topk(conf, masked, schedule[step - 1])
             else:
-                sel = select_threshold(conf, masked, threshold)
+                sel = select_threshold(conf, masked, config.threshold)
             x = torch.where(sel, pred, x)
             masked = masked & ~sel
             decided_last = sel
@@ -171,10 +172,10 @@ def decode_block(
         # EOS: keep tokens up to the first EOS, PAD after it (as trained); the sample is finished.
         is_eos = x == eos_id
         has_eos = is_eos.any(1)
-        first = torch.where(has_eos, is_eos.int().argmax(1), torch.full_like(lengths, bsz))
+        first = torch.where(has_eos, is_eos.int().argmax(1), torch.full_like(lengths, block_size))
         x = torch.where(cols[None] > first[:, None], pad_id, x)
-        out[:, blk * bsz:(blk + 1) * bsz] = torch.where(active[:, None], x, pad_id)
-        lengths += torch.where(active, torch.clamp(first + 1, max=bsz), 0)
+        out[:, blk * block_size:(blk + 1) * block_size] = torch.where(active[:, None], x, pad_id)
+        lengths += torch.where(active, torch.clamp(first + 1, max=block_size), 0)
         finished |= active & has_eos
         active = ~finished
         if blk + 1 == n_blocks or not bool(active.any()):

@@ -251,9 +251,10 @@ def grammar(
 
     from wamdiff.decoding.grammar import Grammar
     from wamdiff.errors import UserError
+    from wamdiff.models.recorded import is_model_dir
     from wamdiff.models.tokenizer import add_special_tokens
 
-    if not (path / "config.json").is_file():
+    if not is_model_dir(path):
         raise UserError(f"{path}: not a model directory (no config.json)")
     tokenizer = AutoTokenizer.from_pretrained(path)
     add_special_tokens(tokenizer)  # as load_model does: the bin tokens and the mask

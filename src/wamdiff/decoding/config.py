@@ -1,7 +1,16 @@
-"""Public decoding types: what to run (`DecodeConfig`) and what comes back (`Generation`)."""
+"""Public decoding types: what to run (`DecodeConfig`) and what comes back (`Generation`), and the one parser
+of decode settings (`resolve_decode`).
+
+Every decode setting has one name, a `DecodeConfig` field, from the command line to the kernel: a planner spec
+(`model:DIR,block_size=17,threshold=0.5`), a pipeline's `evaluate.decode`, `wamdiff serve`'s flags and a
+checkpoint's recorded decode are mappings of these names, parsed and merged here once. The short names people
+already type are accepted as aliases of them here and nowhere else: block = block_size, steps = max_steps,
+delayed = delayed_cache, ordinal = ordinal_window.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Literal
 
@@ -13,18 +22,18 @@ from wamdiff.models.precision import INT8
 AUTO = "auto"  # DecodeConfig.block_size: the speed dial picks B, tau, step cap and cache (`wamdiff.decoding.dial`)
 
 
-@dataclass
+@dataclass(frozen=True)
 class DecodeConfig:
     """How `generate` decodes.
 
     mode: "ar" (greedy, one token per forward) or "block" (block-causal masked diffusion).
-    block_size: block length B; None = the model's own (``model.config.block_size``); "auto" = the speed dial
-        (`wamdiff.decoding.dial`) sets B, threshold, max_steps_per_block and delayed_cache for this batch size and
-        device from the machine's measured step costs and the model's measured TPF/quality curve (run
+    block_size: block length B; None = the model's trained one (`models.convert.diffusion_settings`); "auto" = the
+        speed dial (`wamdiff.decoding.dial`) sets block_size, threshold, max_steps and delayed_cache for this batch
+        size and device from the machine's measured step costs and the model's measured TPF/quality curve (run
         `wamdiff bench --tune` once per model), under the quality bound (mean L2 within 10 % of AR's).
-    threshold: tau of the threshold strategy: every masked position whose top probability >= tau is
+    threshold: tau of the threshold strategy: every masked position whose top probability >= threshold is
         unmasked, and always at least the single most confident one.
-    max_steps_per_block: cap on denoising forwards per block; masks left at the cap take the last argmax.
+    max_steps: cap on denoising forwards per block; masks left at the cap take the last argmax.
     strategy: "threshold" (adaptive) or "fixed" (a fixed count per step, min(B, max_steps) steps per block,
         most confident first).
     max_new_tokens: answer budget (generated tokens, EOS included).
@@ -62,7 +71,7 @@ class DecodeConfig:
     mode: Literal["ar", "block"] = "block"
     block_size: int | Literal["auto"] | None = None
     threshold: float = DEFAULT_THRESHOLD
-    max_steps_per_block: int = DEFAULT_MAX_STEPS
+    max_steps: int = DEFAULT_MAX_STEPS
     strategy: Literal["threshold", "fixed"] = "threshold"
     max_new_tokens: int = 160
     fused_commit: bool = True
@@ -78,7 +87,7 @@ class DecodeConfig:
     attention: Literal["sdpa", "flashinfer", "torch_paged"] = "sdpa"
 
     def __post_init__(self) -> None:
-        for name in ("mode", "strategy", "attention", "lean", "block_size", "threshold", "max_steps_per_block",
+        for name in ("mode", "strategy", "attention", "lean", "block_size", "threshold", "max_steps",
                      "max_new_tokens", "ordinal_window"):
             reason = _field_error(name, getattr(self, name))
             if reason:
@@ -86,53 +95,84 @@ class DecodeConfig:
         if isinstance(self.dtype, str):
             if self.dtype not in DTYPE_NAMES:
                 raise ValueError(f"DecodeConfig.dtype {self.dtype!r} unknown; use one of {sorted(DTYPE_NAMES)}")
-            self.dtype = DTYPE_NAMES[self.dtype]
+            object.__setattr__(self, "dtype", DTYPE_NAMES[self.dtype])  # frozen: the one normalisation, at birth
 
     def static_shapes(self, device) -> bool:
         """Whether steps run at fixed shapes (compiled or CUDA-graph steps): query counts are then rounded up to
         powers of two and prompt widths to `runner.PROMPT_BUCKET`."""
         return self.compile or (self.cuda_graphs and self.attention == "sdpa" and torch.device(device).type == "cuda")
 
-    @classmethod
-    def from_options(cls, options: dict, where: str = "decode options") -> "DecodeConfig":
-        """A config from short `key=value` options (planner specs, a pipeline's `evaluate.decode`): values may be
-        text ("32", "yes") or typed; an unknown key or a bad value raises ValueError naming `where` and the option."""
-        kwargs = {}
-        for key, value in options.items():
-            if key not in OPTION_FIELDS:
-                raise ValueError(f"{where}: unknown decode option {key!r} (known: {', '.join(OPTION_FIELDS)})")
-            name = OPTION_FIELDS[key]
-            kind = _FIELD_TYPES[name]
-            if name == "block_size" and str(value).strip().lower() == AUTO:
-                kwargs[name] = AUTO
-                continue
-            try:
-                kwargs[name] = _cast(value, kind)
-            except ValueError:
-                raise ValueError(f"{where}: option {key}={value!r} is not {_KIND_WORDS[kind]}") from None
-            reason = _field_error(name, kwargs[name])
-            if reason:
-                raise ValueError(f"{where}: option {key}={value!r}: {reason}")
-        try:
-            return cls(**kwargs)
-        except ValueError as err:
-            raise ValueError(f"{where}: {err}") from None
 
-
-# short option name (planner specs, `evaluate.decode` in a pipeline YAML) -> DecodeConfig field
-OPTION_FIELDS = {"mode": "mode", "block": "block_size", "threshold": "threshold", "steps": "max_steps_per_block",
-                 "strategy": "strategy", "max_new_tokens": "max_new_tokens", "delayed": "delayed_cache",
-                 "fused_commit": "fused_commit", "dtype": "dtype", "compile": "compile", "attention": "attention",
-                 "lean": "lean", "prefill_cache": "prefill_cache", "shared_prefix": "shared_prefix",
-                 "ordinal": "ordinal_window"}
-_FIELD_TYPES = {"mode": str, "block_size": int, "threshold": float, "max_steps_per_block": int, "strategy": str,
+# the settings a mapping may give (every field but the grammar, which follows the answer format), with their types
+_FIELD_TYPES = {"mode": str, "block_size": int, "threshold": float, "max_steps": int, "strategy": str,
                 "max_new_tokens": int, "delayed_cache": bool, "fused_commit": bool, "dtype": str, "compile": bool,
-                "attention": str, "lean": str, "prefill_cache": bool, "shared_prefix": bool, "ordinal_window": int}
+                "attention": str, "lean": str, "prefill_cache": bool, "shared_prefix": bool, "ordinal_window": int,
+                "cuda_graphs": bool}
+ALIASES = {"block": "block_size", "steps": "max_steps", "delayed": "delayed_cache", "ordinal": "ordinal_window"}
+# the block decode's own settings: an AR decode ignores them (the pipeline's AR rows drop them from `evaluate.decode`)
+BLOCK_SETTINGS = ("block_size", "threshold", "max_steps", "strategy", "delayed_cache", "fused_commit", "ordinal_window")
 _KIND_WORDS = {int: "an integer", float: "a number", bool: "yes/no", str: "text"}
-assert set(_FIELD_TYPES) <= {f.name for f in fields(DecodeConfig)}
+assert set(_FIELD_TYPES) == {f.name for f in fields(DecodeConfig)} - {"grammar"}
 DTYPE_NAMES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
                "fp16": torch.float16, "float16": torch.float16, "int8": INT8}
 assert tuple(DTYPE_NAMES) == DTYPES  # the names the command line offers (`wamdiff.names`)
+
+
+def setting_name(key: str, where: str = "decode options") -> str:
+    """The `DecodeConfig` field a mapping's key names (the field itself or its alias); ValueError when none."""
+    name = ALIASES.get(key, key)
+    if name not in _FIELD_TYPES:
+        known = ", ".join([*_FIELD_TYPES, *(f"{a} (= {n})" for a, n in ALIASES.items())])
+        raise ValueError(f"{where}: unknown decode setting {key!r} (known: {known})")
+    return name
+
+
+def parse_settings(options: Mapping, where: str = "decode options") -> dict:
+    """One layer of decode settings -> {field: typed value}. Keys are field names or their aliases; values text
+    ("32", "yes") or typed; None = not set. A key given twice (under both spellings), an unknown key or a bad value
+    raises ValueError naming `where` and the option."""
+    out: dict = {}
+    for key, value in options.items():
+        if value is None:
+            continue
+        name = setting_name(key, where)
+        if name in out:
+            raise ValueError(f"{where}: {name} is given twice ({key}={value!r} and another spelling)")
+        kind = _FIELD_TYPES[name]
+        if name == "block_size" and str(value).strip().lower() == AUTO:
+            out[name] = AUTO
+            continue
+        try:
+            out[name] = _cast(value, kind)
+        except ValueError:
+            raise ValueError(f"{where}: option {key}={value!r} is not {_KIND_WORDS[kind]}") from None
+        reason = _field_error(name, out[name])
+        if reason:
+            raise ValueError(f"{where}: option {key}={value!r}: {reason}")
+    return out
+
+
+def resolve_decode(*layers: Mapping, recorded: Mapping | None = None, diffusion: bool = True,
+                   where: str = "decode options") -> DecodeConfig:
+    """THE precedence of decode settings, lowest first:
+
+    1. `DecodeConfig`'s defaults;
+    2. `recorded`: the checkpoint's recorded decode (`models.recorded.recorded_decode`), in block mode only;
+    3. `layers`, each over the ones before it: a pipeline's `evaluate.decode` < a planner spec's options <
+       command-line flags (each a mapping that `parse_settings` reads).
+
+    The mode is the highest layer's `mode`; else "block" when a layer sets a block size; else the checkpoint's
+    kind (`diffusion`: block for a diffusion model, ar for an AR one)."""
+    given: dict = {}
+    for layer in layers:
+        given.update(parse_settings(layer, where))
+    given.setdefault("mode", "block" if "block_size" in given or diffusion else "ar")
+    if given["mode"] == "block" and recorded:
+        given = {**parse_settings(recorded, f"{where} (the checkpoint's recorded decode)"), **given}
+    try:
+        return DecodeConfig(**given)
+    except ValueError as err:
+        raise ValueError(f"{where}: {err}") from None
 
 
 def _field_error(name: str, value) -> str | None:
@@ -149,7 +189,7 @@ def _field_error(name: str, value) -> str | None:
         return f"must be a positive int, 'auto' or None, got {value!r}"
     if name == "threshold" and not 0.0 < float(value) <= 1.0:
         return f"must lie in (0, 1], got {value!r}"
-    if name in ("max_steps_per_block", "max_new_tokens") and value < 1:
+    if name in ("max_steps", "max_new_tokens") and value < 1:
         return f"must be >= 1, got {value!r}"
     if name == "ordinal_window" and value < 0:
         return f"must be >= 0 (0 = plain read-out), got {value!r}"

@@ -263,9 +263,10 @@ def measure_step_costs(model, prompt, config: DecodeConfig, *, pad_id: int, bloc
         ar_ms = _best_ms(lambda: decode_ar(runner("off", 1, tokens + 1, prefill=False), max_new_tokens=tokens,
                                            eos_id=-1, pad_id=pad_id), repeats)
         ar_fw = [Forward("prefill", 0, 1)] + [Forward("step", 1, 1)] * (tokens - 1)
-        blk_ms = _best_ms(lambda: decode_block(runner("off", ref, 2 * ref, prefill=False), max_new_tokens=2 * ref,
-                                               mask_id=pad_id, eos_id=-1, pad_id=pad_id, threshold=1.0, max_steps=4,
-                                               strategy="fixed", fused_commit=True), repeats)
+        fixed = DecodeConfig(block_size=ref, max_new_tokens=2 * ref, threshold=1.0, max_steps=4, strategy="fixed",
+                             fused_commit=True)
+        blk_ms = _best_ms(lambda: decode_block(runner("off", ref, 2 * ref, prefill=False), fixed, mask_id=pad_id,
+                                               eos_id=-1, pad_id=pad_id), repeats)
         blk_fw = ([Forward("prefill", ref, ref)] + [Forward("step", ref, ref)] * 3 + [Forward("step", 2 * ref, ref)]
                   + [Forward("step", ref, ref)] * 3)  # fixed strategy, 4 steps per block, 2 blocks, fused commit
         one_batch.ar_loop_ms = [max(0.0, (ar_ms - one_batch.call(n, ar_fw, "ar")) / len(ar_fw))]

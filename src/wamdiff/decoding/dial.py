@@ -240,7 +240,7 @@ class Pick:
     ordinal_window: int = 0
 
     def apply(self, config: DecodeConfig) -> DecodeConfig:
-        return replace(config, block_size=self.block_size, threshold=self.threshold, max_steps_per_block=self.max_steps,
+        return replace(config, block_size=self.block_size, threshold=self.threshold, max_steps=self.max_steps,
                        delayed_cache=self.cache == "delayed", ordinal_window=self.ordinal_window)
 
 

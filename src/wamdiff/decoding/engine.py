@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from wamdiff.decoding.ar import decode_ar
@@ -9,29 +11,22 @@ from wamdiff.decoding.block import decode_block
 from wamdiff.decoding.config import AUTO, DecodeConfig, Generation
 from wamdiff.decoding.dial import resolve_auto
 from wamdiff.decoding.runner import PROMPT_BUCKET, StepRunner, collate_prompts
+from wamdiff.models.convert import diffusion_settings
 from wamdiff.models.precision import INT8, cast_model, compute_dtype
+from wamdiff.models.recorded import is_diffusion
 from wamdiff.models.tokens import IM_END, MASK, PAD, token_id
 
 
 def model_block_settings(model, tokenizer) -> tuple[int | None, int | None]:
-    """(block_size, mask_token_id) of a diffusion model: `wamdiff.models.diffusion_settings` when available,
-    else ``model.config.block_size`` / ``mask_token_id``, else the tokenizer's MASK token."""
+    """(trained block size, mask token id) of a model: a diffusion model's own (`models.convert.diffusion_settings`);
+    for an AR model no block size and the tokenizer's MASK token (None when it has none)."""
+    if is_diffusion(model):
+        trained = diffusion_settings(model)
+        return trained.block_size, trained.mask_token_id
     try:
-        from wamdiff.models import diffusion_settings  # noqa: PLC0415  (core area; may not exist yet)
-
-        s = diffusion_settings(model)
-        return s.block_size, s.mask_token_id
-    except (ImportError, AttributeError, ValueError, KeyError, TypeError):
-        pass
-    cfg = model.config
-    bs = getattr(cfg, "block_size", None)
-    mid = getattr(cfg, "mask_token_id", None)
-    if mid is None:
-        try:
-            mid = token_id(tokenizer, MASK)
-        except ValueError:
-            mid = None
-    return bs, mid
+        return None, token_id(tokenizer, MASK)
+    except ValueError:
+        return None, None
 
 
 def prepare_model(model, config: DecodeConfig):
@@ -76,21 +71,20 @@ def generate(model, tokenizer, prompts, config: DecodeConfig | None = None, *, t
             readout=readout,
         )
     else:
-        bs, mask_id = model_block_settings(model, tokenizer)
-        bs = config.block_size or bs
-        if bs is None:
-            raise ValueError("block decoding needs a block size: set DecodeConfig.block_size or model.config.block_size")
+        trained, mask_id = model_block_settings(model, tokenizer)
+        config = replace(config, block_size=config.block_size or trained)  # None: the block size it was trained at
+        if config.block_size is None:
+            raise ValueError("block decoding needs a block size: set DecodeConfig.block_size or decode a diffusion model")
         if mask_id is None:
-            raise ValueError(f"block decoding needs a mask token: model.config.mask_token_id or a {MASK!r} token")
-        if table is not None and table.shape[0] < -(-config.max_new_tokens // bs) * bs:
-            table = config.grammar.table(-(-config.max_new_tokens // bs) * bs, vocab, pad_id, device)
+            raise ValueError(f"block decoding needs a mask token: a diffusion model's or a {MASK!r} token")
+        answer_slots = -(-config.max_new_tokens // config.block_size) * config.block_size
+        if table is not None and table.shape[0] < answer_slots:
+            table = config.grammar.table(answer_slots, vocab, pad_id, device)
             if ordinal is not None:
-                readout["table"] = config.grammar.ordinal_table(-(-config.max_new_tokens // bs) * bs, device)
-        runner = _make_runner(model, batch, bs, config)
+                readout["table"] = config.grammar.ordinal_table(answer_slots, device)
+        runner = _make_runner(model, batch, config.block_size, config)
         out, lengths, forwards, finished = decode_block(
-            runner, max_new_tokens=config.max_new_tokens, mask_id=mask_id, eos_id=eos_id, pad_id=pad_id,
-            threshold=config.threshold, max_steps=config.max_steps_per_block, strategy=config.strategy,
-            fused_commit=config.fused_commit, grammar_table=table, delayed_cache=config.delayed_cache, trace=trace,
+            runner, config, mask_id=mask_id, eos_id=eos_id, pad_id=pad_id, grammar_table=table, trace=trace,
             readout=readout,
         )
     return to_generations(tokenizer, out, lengths, forwards, finished, eos_id)

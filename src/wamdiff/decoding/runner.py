@@ -16,8 +16,9 @@ query an arbitrary slot list per sample (`forward_slots`: delayed-cache and lean
 and positions are gathered from the same tables. Every forward returns the logits of its last `keep` query rows
 only (with lean "last_layer", those rows alone also run the last layer's MLP: `decoding.lean`).
 
-This is the training mask (docs/concepts/masks.md) restricted to decode time; `tests/test_decoding_layout.py` checks it against
-`wamdiff.diffusion.masks.decode_block_mask_dense`.
+This is the training mask (docs/concepts/masks.md) restricted to decode time, made by
+`wamdiff.diffusion.masks.decode_slot_mask_dense`; `tests/test_decoding_layout.py` checks its row slices against
+`decode_block_mask_dense` and `prefill_mask_dense`.
 """
 
 from __future__ import annotations
@@ -33,7 +34,9 @@ from wamdiff.decoding.paged_attention import make_backend, paged_step, step_hook
 from wamdiff.decoding.prefill_cache import image_features
 from wamdiff.decoding.shared_prefix import head_kv, head_length
 from wamdiff.diffusion.attention import install_attention, step_attention
-from wamdiff.diffusion.masks import decode_position_ids, prefix_position_ids, uses_mrope
+from wamdiff.diffusion.masks import (
+    decode_position_ids, decode_slot_mask_dense, encode_mask, prefix_position_ids, uses_mrope,
+)
 from wamdiff.models.precision import compute_dtype
 
 
@@ -114,23 +117,17 @@ class StepRunner:
         self.device = dev
         self.dtype = compute_dtype(model)  # activations and the KV cache (fp32 for upcast bf16 weights)
         n, p = batch.ids.shape
-        self.n, self.P, self.B = n, p, block_size
+        self.n, self.P, self.block_size = n, p, block_size
         self.A = -(-answer_capacity // block_size) * block_size
         self.S = s = p + self.A
 
-        # block ids and the [N, 1, S, S] "may attend" matrix (see module docstring)
-        slot = torch.arange(s, device=dev)
-        bid = torch.where(slot < p, slot, p + (slot - p) // block_size)
-        key_ok = torch.cat([batch.valid, torch.ones(n, self.A, dtype=torch.bool, device=dev)], dim=1)
-        allow = (bid[None, :] <= bid[:, None])[None] & key_ok[:, None, :]
-        allow |= torch.eye(s, dtype=torch.bool, device=dev)[None]  # no empty rows (pad queries), keeps outputs finite
+        # the [N, 1, S, S] "may attend" matrix (see module docstring), bool and in the model's encoding
+        allow = decode_slot_mask_dense(batch.valid, block_size, self.A)
         self._allow_bool = allow[:, None]  # paged attention reads bool rows whatever the model's mask encoding
         impl = getattr(cfg, "_attn_implementation", "sdpa")
-        if impl == "eager":  # eager ADDS the mask: additive float
-            allow = torch.zeros(allow.shape, dtype=self.dtype, device=dev).masked_fill_(~allow, float("-inf"))
-        elif impl not in ("sdpa", "wamdiff_mask_dispatch", None):
+        if impl not in ("sdpa", "eager", "wamdiff_mask_dispatch", None):
             raise ValueError(f"decoding supports sdpa/eager attention, the model uses {impl!r}")
-        self.allow = allow[:, None]  # [N, 1, S, S]
+        self.allow = encode_mask(allow, "eager" if impl == "eager" else "sdpa", self.dtype)  # eager ADDS the mask
         self._mask_cache: dict[tuple[int, int], tuple] = {}
 
         # position ids for every slot
@@ -139,7 +136,7 @@ class StepRunner:
         )
         ans = decode_position_ids(next_pos.to(dev), 0, self.A, mrope=self.vl)
         self.pos = torch.cat([pos.to(dev), ans], dim=-1).contiguous()
-        self.slots = slot
+        self.slots = torch.arange(s, device=dev)
 
         self.cache = SlotCache(cfg, n, s, self.dtype, dev)
         # compiled steps and CUDA graphs specialise on shapes: callers that choose a query count round it up
@@ -194,7 +191,7 @@ class StepRunner:
         keys are read up to the end of that slot's block (later slots are hidden anyway)."""
         if self._paged is None:
             return nullcontext()
-        p, b = self.P, self.B
+        p, b = self.P, self.block_size
         kv_len = last_slot + 1 if last_slot < p else p + ((last_slot - p) // b + 1) * b
         return step_attention(step_hook(self._paged, paged_step(rows_bool, kv_len)))
 

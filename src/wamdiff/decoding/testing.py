@@ -47,6 +47,17 @@ def _peaky(model, scale: float):
     return model
 
 
+def _as_diffusion(model, tokenizer, block_size: int):
+    """Record diffusion settings as `models.convert.to_diffusion` does, keeping the model's attention as built."""
+    from dataclasses import asdict
+
+    from wamdiff.models.convert import DiffusionSettings
+
+    model.config.mask_token_id = tokenizer.convert_tokens_to_ids(T.MASK)
+    model.config.diffusion = asdict(DiffusionSettings(block_size, model.config.mask_token_id))
+    return model
+
+
 def tiny_qwen3(tokenizer, *, hidden=64, layers=2, heads=4, kv_heads=2, seed=0, peaky=1.0, block_size=4):
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
@@ -57,9 +68,7 @@ def tiny_qwen3(tokenizer, *, hidden=64, layers=2, heads=4, kv_heads=2, seed=0, p
         max_position_embeddings=4096, tie_word_embeddings=False, attn_implementation="sdpa",
     )
     model = Qwen3ForCausalLM(cfg).eval()
-    model.config.block_size = block_size
-    model.config.mask_token_id = tokenizer.convert_tokens_to_ids(T.MASK)
-    return _peaky(model, peaky)
+    return _peaky(_as_diffusion(model, tokenizer, block_size), peaky)
 
 
 def tiny_qwen3_vl(tokenizer, *, hidden=64, layers=2, heads=4, seed=0, peaky=1.0, block_size=4):
@@ -81,9 +90,7 @@ def tiny_qwen3_vl(tokenizer, *, hidden=64, layers=2, heads=4, seed=0, peaky=1.0,
     cfg = Qwen3VLConfig(text_config=text, vision_config=vision, tie_word_embeddings=False, **ids)
     cfg._attn_implementation = "sdpa"
     model = Qwen3VLForConditionalGeneration(cfg).eval()
-    model.config.block_size = block_size
-    model.config.mask_token_id = tokenizer.convert_tokens_to_ids(T.MASK)
-    return _peaky(model, peaky)
+    return _peaky(_as_diffusion(model, tokenizer, block_size), peaky)
 
 
 def synthetic_prompt(tokenizer, length: int, *, seed: int = 0, image: bool = False, grid=(1, 4, 4)) -> Prompt:

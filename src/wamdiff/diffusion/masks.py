@@ -5,8 +5,9 @@ Training layout, per sample: ``[prefix | x0 | xt]`` with the prompt LEFT-padded 
 every encoding (SDPA bool, eager additive float, flex `BlockMask`) is produced from the same dense bool mask,
 so the three paths cannot drift apart.
 
-Decode time: the prompt and committed blocks live in a KV cache; `decode_block_mask` gives the mask for one
-(or a few consecutive) block(s) of queries on top of it, `decode_position_ids` their positions.
+Decode time: the prompt and committed blocks live in a KV cache; `decode_block_mask_dense` gives the mask for one
+(or a few consecutive) block(s) of queries on top of it, `decode_position_ids` their positions; the decoder makes
+its whole slot mask once per batch from these (`decode_slot_mask_dense`) and slices it per step.
 
 Conventions: True = may attend. Padding keys are never attended; every query row also attends to itself so
 no row is fully masked (a pad query's output is garbage but finite, and ignored).
@@ -107,6 +108,19 @@ def decode_block_mask_dense(cache_valid: torch.Tensor, block_len: int, n_blocks:
     return torch.cat([cache_valid.bool()[:, None, :].expand(n, q, c), in_block[None].expand(n, q, q)], dim=2)
 
 
+def decode_slot_mask_dense(prompt_valid: torch.Tensor, block_size: int, answer_len: int) -> torch.BoolTensor:
+    """Dense bool mask [N, S, S], S = P + answer_len, over every decode slot [left-padded prompt | answer blocks]:
+    prompt rows as `prefill_mask_dense`, answer rows as `decode_block_mask_dense` over the prompt and all
+    answer_len / block_size blocks. Slots not written yet are later blocks, hidden by the same rule; a step's mask
+    is a row slice of it (`decoding.runner.StepRunner`)."""
+    n, p = prompt_valid.shape
+    if answer_len % check_block_size(block_size):
+        raise ValueError(f"answer_len {answer_len} is not a whole number of blocks of {block_size}")
+    hidden = torch.zeros(n, p, answer_len, dtype=torch.bool, device=prompt_valid.device)  # the prompt sees no answer
+    prompt_rows = torch.cat([prefill_mask_dense(prompt_valid), hidden], dim=2)
+    return torch.cat([prompt_rows, decode_block_mask_dense(prompt_valid, block_size, answer_len // block_size)], dim=1)
+
+
 def encode_mask(dense: torch.Tensor, encoding: Encoding = "sdpa", dtype: torch.dtype = torch.float32):
     """Turn a dense bool mask [N, Q, K] into what the attention kernel takes.
 
@@ -134,19 +148,6 @@ def encode_mask(dense: torch.Tensor, encoding: Encoding = "sdpa", dtype: torch.d
 def training_mask(prompt_mask, answer_mask, block_size: int, encoding: Encoding = "sdpa", dtype=torch.float32):
     """[prefix | x0 | xt] mask in the given encoding (see `training_mask_dense`, `encode_mask`)."""
     return encode_mask(training_mask_dense(prompt_mask, answer_mask, block_size), encoding, dtype)
-
-
-def prefill_mask(prompt_mask, encoding: Encoding = "sdpa", dtype=torch.float32):
-    """Causal prompt mask with left padding folded in, for the prefill forward that fills the KV cache."""
-    return encode_mask(prefill_mask_dense(prompt_mask), encoding, dtype)
-
-
-def decode_block_mask(cache_valid, block_len: int, encoding: Encoding = "sdpa", *, n_blocks: int = 1, dtype=torch.float32):
-    """Mask for `n_blocks` blocks of `block_len` queries on top of a KV cache; keys = [cache (C) | queries].
-
-    `cache_valid[i, c]` is False for cache slots that must not be attended (the prompt's left padding).
-    """
-    return encode_mask(decode_block_mask_dense(cache_valid, block_len, n_blocks), encoding, dtype)
 
 
 # ----------------------------------------------------------------------------------------------------- positions

@@ -8,18 +8,9 @@ zero masks: the loss normalises by answer length, never by the mask count.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from wamdiff.diffusion.masks import block_ids
-
-
-@dataclass
-class Noised:
-    xt: torch.LongTensor  # [M, A] noisy answer (M = N, or 2N with the complementary copy appended)
-    masked: torch.BoolTensor  # [M, A] True where xt holds the mask token (real answer tokens only)
-    t: torch.Tensor  # [M, A] the mask rate of each token's block (loss weight 1/t)
 
 
 def sample_block_rates(n_samples: int, n_blocks: int, *, min_rate: float = 0.05, generator=None, device=None):
@@ -51,14 +42,3 @@ def complementary_copy(x0, xt, t, mask_token_id: int, *, answer_mask=None, min_r
         masked &= answer_mask.bool()
     return x0.masked_fill(masked, mask_token_id), (1.0 - t).clamp_min(min_rate)
 
-
-def add_noise(
-    x0, answer_mask, block_size: int, mask_token_id: int, *, min_rate: float = 0.05, complementary: bool = False,
-    generator=None,
-) -> Noised:
-    """`noise_answers` (+ `complementary_copy` appended as rows N..2N-1: repeat the prompt inputs to match)."""
-    xt, t = noise_answers(x0, block_size, mask_token_id, answer_mask=answer_mask, min_rate=min_rate, generator=generator)
-    if complementary:
-        xt2, t2 = complementary_copy(x0, xt, t, mask_token_id, answer_mask=answer_mask, min_rate=min_rate)
-        xt, t = torch.cat([xt, xt2]), torch.cat([t, t2])
-    return Noised(xt, xt == mask_token_id, t)

@@ -33,8 +33,8 @@ def model_cost(spec: PlannerSpec) -> dict:
     model, tokenizer = load_model(spec.checkpoint)
     d = spec.decode
     block = d.block_size if isinstance(d.block_size, int) else ANSWER_TOKENS
-    flops = plan_flops(model, tokenizer, block_size=block, steps=d.max_steps_per_block)
-    plan = flops["plan_ar"] if d.mode == "ar" else flops[f"plan_block_B{block}_{d.max_steps_per_block}steps"]
+    flops = plan_flops(model, tokenizer, block_size=block, steps=d.max_steps)
+    plan = flops["plan_ar"] if d.mode == "ar" else flops[f"plan_block_B{block}_{d.max_steps}steps"]
     return {"params": count_parameters(model)["total"], "gflop_plan": plan / 1e9}
 
 

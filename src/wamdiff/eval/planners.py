@@ -16,6 +16,7 @@ import numpy as np
 
 from wamdiff.decoding.config import AUTO
 from wamdiff.eval.specs import PlannerSpec
+from wamdiff.models.recorded import is_model_dir
 
 FUTURE_STEPS = 8
 PLAN_DT = 0.5
@@ -127,7 +128,7 @@ class ModelPlanner:
     """A checkpoint decoded through `wamdiff.decoding.generate`; text parsed by `driving.trajectory`."""
 
     def __init__(self, spec: PlannerSpec):
-        if not (spec.checkpoint / "config.json").is_file():  # found before any planning starts
+        if not is_model_dir(spec.checkpoint):  # found before any planning starts
             raise ValueError(f"planner spec {spec.text!r}: {spec.checkpoint} is not a model directory (no config.json)")
         self.spec = spec
         self.name = spec.text

@@ -1,8 +1,9 @@
 """Planner specs, parsed once into typed settings (`PlannerSpec`) before anything is planned.
 
 Spec text: "expert" | "cv" | "reference" | "model:PATH[,key=value,...]" | "http://HOST:PORT[,batch=N]" (a planner
-server, `wamdiff serve`; batch = requests sent at once per planning call). Model options: the decoding options
-of `DecodeConfig.from_options` (mode, block, threshold, steps, strategy, max_new_tokens, delayed, ...) plus
+server, `wamdiff serve`; batch = requests sent at once per planning call). Model options: the decode settings
+(`DecodeConfig` fields: mode, block_size, threshold, max_steps, strategy, max_new_tokens, delayed_cache, ...; or
+their aliases block, steps, delayed, ordinal), over the checkpoint's recorded decode (`decoding.config.resolve_decode`), plus
   fmt=text2       answer format the text is parsed with (`driving.trajectory.FORMATS`; default: the one the
                   checkpoint recorded at training, else text2)
   batch=16        prompts decoded together
@@ -14,13 +15,16 @@ spec and the option; nothing is looked at again later, so nothing can fail half 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from wamdiff.decoding.config import DecodeConfig
+from wamdiff.decoding.config import DecodeConfig, resolve_decode
 from wamdiff.driving.trajectory import FORMATS
+from wamdiff.models.recorded import is_diffusion, recorded_answer_format, recorded_decode
 
 PLANNER_KINDS = ("expert", "cv", "reference", "model", "http")
+PLANNER_OPTIONS = ("fmt", "batch", "fallback")  # a model spec's options that are the planner's, not decode settings
 FALLBACK_KINDS = ("cv", "reference")  # planners that can stand in for a failed plan (not the logged expert)
 NO_FALLBACK = ("", "none", "off")
 
@@ -70,21 +74,26 @@ class PlannerSpec:
         return cls.model(path, split_options(text, items), text=text)
 
     @classmethod
-    def model(cls, checkpoint: str | Path, options: dict, text: str = "") -> "PlannerSpec":
-        """A model planner from its checkpoint and options (text or typed values, e.g. from a pipeline YAML)."""
+    def model(cls, checkpoint: str | Path, *layers: Mapping, text: str = "") -> "PlannerSpec":
+        """A model planner from its checkpoint and option layers, lowest first (e.g. a pipeline's `evaluate.decode`,
+        then the spec's own options, then command-line flags; text or typed values): each layer's fmt / batch /
+        fallback are the planner's, the rest decode settings (`resolve_decode`, over the checkpoint's recorded decode)."""
         text = text or f"model:{checkpoint}"
         where = f"planner spec {text!r}"
         if not str(checkpoint):
             raise ValueError(f"{where}: missing checkpoint path")
-        opts = dict(options)
-        fmt = str(opts.pop("fmt", None) or recorded_answer_format(checkpoint) or cls.fmt)
+        own: dict = {}
+        decode_layers = []
+        for layer in layers:
+            layer = {k: v for k, v in layer.items() if v is not None}
+            own.update({k: layer.pop(k) for k in PLANNER_OPTIONS if k in layer})
+            decode_layers.append(layer)
+        fmt = str(own.pop("fmt", None) or recorded_answer_format(checkpoint) or cls.fmt)
         if fmt not in FORMATS:
             raise ValueError(f"{where}: option fmt={fmt!r} is not one of {FORMATS}")
-        batch, fallback = _batch_and_fallback(opts, where)
-        opts.setdefault("mode", "block" if "block" in opts else recorded_decoding_mode(checkpoint))
-        if opts["mode"] == "block":  # the checkpoint's recommended decode, under the spec's own options
-            opts = {**recorded_decode_options(checkpoint), **opts}
-        decode = DecodeConfig.from_options(opts, where)
+        batch, fallback = _batch_and_fallback(own, where)
+        decode = resolve_decode(*decode_layers, recorded=recorded_decode(checkpoint), diffusion=is_diffusion(checkpoint),
+                                where=where)
         return cls("model", text, Path(checkpoint), decode, fmt, batch, fallback)
 
     @classmethod
@@ -129,30 +138,3 @@ def _batch_and_fallback(opts: dict, where: str) -> tuple[int, str | None]:
 def parse_specs(texts: list[str]) -> dict[str, PlannerSpec]:
     """Every spec of a command line, keyed by its text; all are checked before any is used."""
     return {text: PlannerSpec.parse(text) for text in texts}
-
-
-def _recorded_config(checkpoint: str | Path) -> dict:
-    import json
-
-    try:
-        return json.loads((Path(checkpoint) / "config.json").read_text())
-    except (OSError, ValueError):
-        return {}
-
-
-def recorded_answer_format(checkpoint: str | Path) -> str | None:
-    """The answer format a checkpoint was trained on (`config.json` key `wamdiff_answer_format`, written by the
-    trainer from the dataset's manifest), so a spec needs no `fmt=` for the world's own models."""
-    return _recorded_config(checkpoint).get("wamdiff_answer_format")
-
-
-def recorded_decode_options(checkpoint: str | Path) -> dict:
-    """The decode a diffusion checkpoint ships with (`config.json` key `wamdiff_decode`, short option names, written by
-    `wamdiff pipeline --export` from the pipeline's `evaluate.decode`), so `model:DIR` decodes as it was evaluated."""
-    return dict(_recorded_config(checkpoint).get("wamdiff_decode") or {})
-
-
-def recorded_decoding_mode(checkpoint: str | Path) -> str:
-    """"block" for a checkpoint that saved diffusion settings (`config.json` key `diffusion`, written by diffusion
-    training), else "ar": a spec needs no `mode=ar` for an AR VLA."""
-    return "block" if "diffusion" in _recorded_config(checkpoint) else "ar"

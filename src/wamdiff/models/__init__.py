@@ -9,6 +9,7 @@ __getattr__, __all__ = lazy_exports(__name__, {
     "image_geometry": ["image_processor_for", "image_tokens"],
     "convert": ["DiffusionSettings", "diffusion_settings", "set_block_size", "to_diffusion"],
     "processor": ["EncodedPrompt", "encode_answer", "encode_prompt"],
+    "recorded": ["is_diffusion", "is_model_dir", "recorded_answer_format", "recorded_decode", "recorded_diffusion"],
     "tokenizer": ["build_tokenizer"],
     "tokens": ["token_id"],
 })

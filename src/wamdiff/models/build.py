@@ -22,6 +22,7 @@ from wamdiff.errors import UserError
 from wamdiff.models.checksums import forget_checksums, record_checksums, verify_checksums
 from wamdiff.models import tokens as T
 from wamdiff.models.image_geometry import image_processor_for, image_tokens
+from wamdiff.models.recorded import is_model_dir
 from wamdiff.models.tokenizer import add_special_tokens
 from wamdiff.models.tokens import token_id
 
@@ -154,7 +155,7 @@ def load_model(path, *, dtype=torch.float32):
     are added to its tokenizer and the embeddings resized when the vocabulary is too small for them.
     """
     path = Path(path)
-    if not (path / "config.json").is_file():
+    if not is_model_dir(path):
         raise ValueError(f"{path}: not a model directory (no config.json)")
     if not any((path / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "vocab.json")):
         raise ValueError(f"{path}: no tokenizer files next to the model (save with wamdiff.models.save_model)")

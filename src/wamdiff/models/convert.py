@@ -11,10 +11,14 @@ from pathlib import Path
 
 from wamdiff.diffusion.attention import install_attention
 from wamdiff.diffusion.masks import check_block_size
+from wamdiff.models.recorded import is_diffusion, recorded_diffusion
 
 
 @dataclass(frozen=True)
 class DiffusionSettings:
+    """What a diffusion model was trained with (`config.diffusion`): the block size of its training mask and its
+    mask token. How it decodes by default is another setting (`models.recorded.recorded_decode`)."""
+
     block_size: int
     mask_token_id: int
 
@@ -49,9 +53,10 @@ def to_diffusion(model_or_path, block_size: int, *, tokenizer=None):
 
 
 def diffusion_settings(model) -> DiffusionSettings:
-    d = getattr(model.config, "diffusion", None)
-    if not d:
+    """The trained block size and mask token of a diffusion model; ValueError for an AR model (`is_diffusion`)."""
+    if not is_diffusion(model):
         raise ValueError(f"{type(model).__name__} is not a diffusion model: call to_diffusion(model, block_size) first")
+    d = recorded_diffusion(model)
     return DiffusionSettings(check_block_size(int(d["block_size"])), _check_mask_token(model, d["mask_token_id"]))
 
 

@@ -17,6 +17,8 @@ from pathlib import Path
 
 from transformers import AutoConfig, Qwen2VLImageProcessorPil
 
+from wamdiff.models.recorded import is_model_dir
+
 PREPROCESSOR_FILE = "preprocessor_config.json"
 
 
@@ -73,7 +75,7 @@ def image_processor_for(model_or_path) -> Qwen2VLImageProcessorPil | None:
     """
     if isinstance(model_or_path, (str, Path)):
         directory = Path(model_or_path)
-        if not (directory / "config.json").is_file():
+        if not is_model_dir(directory):
             raise ValueError(f"{directory}: not a model directory (no config.json)")
         config = AutoConfig.from_pretrained(directory)
     else:

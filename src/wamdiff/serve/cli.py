@@ -14,11 +14,6 @@ from wamdiff.errors import UserError
 app = typer.Typer(add_completion=False)
 
 
-def _decode_options(block: int | None, threshold: float | None, steps: int | None, dtype: str | None) -> dict:
-    opts = {"block": block, "threshold": threshold, "steps": steps, "dtype": dtype}
-    return {k: v for k, v in opts.items() if v is not None}
-
-
 @app.command()
 def serve(
     checkpoint: Path = typer.Option(..., help="Model directory (a wamdiff checkpoint)."),
@@ -27,12 +22,12 @@ def serve(
     host: str = typer.Option("127.0.0.1", help="Address to listen on (loopback by default)."),
     fmt: AnswerFormat = typer.Option(None, "--format", "--fmt", help="Answer format (default: the one the checkpoint "
                                                                      "recorded)."),
-    block: int = typer.Option(None, "--block-size", "--block", min=1, help="Block size B (default: the checkpoint's "
-                              "recorded decode, else the model's own)."),
+    block_size: int = typer.Option(None, "--block-size", "--block", min=1, help="Block size B (default: the checkpoint's "
+                                   "recorded decode, else the block size it was trained at)."),
     threshold: float = typer.Option(None, help="Unmasking threshold tau (default: the checkpoint's recorded decode, e.g. "
                                     f"0.5 for the shipped students, else {DEFAULT_THRESHOLD})."),
-    steps: int = typer.Option(None, min=1, help="Denoising steps cap per block (default: the checkpoint's recorded decode, "
-                              f"else {DEFAULT_MAX_STEPS})."),
+    max_steps: int = typer.Option(None, "--max-steps", "--steps", min=1, help="Denoising steps cap per block (default: "
+                                  f"the checkpoint's recorded decode, else {DEFAULT_MAX_STEPS})."),
     dtype: Dtype = typer.Option(None, help="Weight dtype (default: as saved)."),
     max_batch: int = typer.Option(8, min=1, help="Requests decoded together."),
     max_wait_ms: float = typer.Option(5.0, min=0.0, help="How long a request waits for others to join its batch."),
@@ -48,6 +43,7 @@ def serve(
     GET /info, GET /metrics (Prometheus), docs at /docs. Concurrent requests are batched."""
     import uvicorn
 
+    from wamdiff.eval.specs import PlannerSpec
     from wamdiff.serve.app import create_app
     from wamdiff.serve.batcher import BatchingConfig
     from wamdiff.serve.engine import PlannerEngine, ServeSettings
@@ -66,9 +62,10 @@ def serve(
         raise UserError(f"--host {host} --port {port}: cannot listen there ({err.strerror or err})") from None
     batching = BatchingConfig(max_batch, max_wait_ms)
     try:
-        settings = ServeSettings(checkpoint, mode, fmt, _decode_options(block, threshold, steps, dtype), max_batch,
-                                 max_wait_ms, threads)
-        engine = PlannerEngine(settings)
+        # the flags are the top layer of the decode settings, over the checkpoint's recorded decode (`resolve_decode`)
+        flags = {"mode": mode, "block_size": block_size, "threshold": threshold, "max_steps": max_steps, "dtype": dtype}
+        spec = PlannerSpec.model(checkpoint, {"fmt": fmt, "batch": max_batch}, flags, text=f"model:{checkpoint}")
+        engine = PlannerEngine(ServeSettings(spec, max_wait_ms, threads))
     except ValueError as err:
         sock.close()
         raise UserError(str(err)) from None

@@ -1,31 +1,39 @@
 """What the server plans with: a checkpoint behind `eval.planners.ModelPlanner` (the in-process planner's own
 code path: the same prompt, encoding, decoding and parsing, so a request plans exactly as the scene it came from).
 
-`ServeSettings` are the server's typed settings; `PlannerEngine(settings)` loads the checkpoint, resolves the mode
-(the model's own unless `--mode` says otherwise), and decodes one blank request to warm up, so a checkpoint that
-cannot decode in the asked mode fails at start (one line, exit 2) instead of on the first request.
+`ServeSettings` are the server's typed settings: the planner spec (checkpoint, decode settings resolved once by
+`decoding.config.resolve_decode`, answer format, batch) and the batching; `PlannerEngine(settings)` loads the
+checkpoint and decodes one blank request to warm up, so a checkpoint that cannot decode in the asked mode fails at
+start (one line, exit 2) instead of on the first request.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from wamdiff.errors import UserError
 from wamdiff.eval.wire import PlanInput
+
+if TYPE_CHECKING:
+    from wamdiff.eval.specs import PlannerSpec
 
 SERVER_VERSION = "wamdiff-serve/0.1"
 
 
 @dataclass(frozen=True)
 class ServeSettings:
-    checkpoint: Path
-    mode: str | None = None  # "ar" | "block" | None: block for a diffusion checkpoint, else ar
-    fmt: str | None = None  # answer format; None: the one the checkpoint recorded (`eval.specs.recorded_answer_format`)
-    decode: dict = field(default_factory=dict)  # more decode options (`DecodeConfig.from_options` names)
-    max_batch: int = 8
+    spec: PlannerSpec  # a model planner: the checkpoint, its decode, answer format and batch (= --max-batch)
     max_wait_ms: float = 5.0
     threads: int | None = None  # torch intra-op threads (None: torch's default)
+
+    @property
+    def checkpoint(self):
+        return self.spec.checkpoint
+
+    @property
+    def max_batch(self) -> int:
+        return self.spec.batch
 
 
 class PlannerEngine:
@@ -33,25 +41,19 @@ class PlannerEngine:
         import numpy as np
 
         from wamdiff.eval.planners import ModelPlanner
-        from wamdiff.eval.specs import PlannerSpec
 
         self.settings = settings
         if settings.threads:
             import torch
 
             torch.set_num_threads(int(settings.threads))
-        if settings.mode not in (None, "ar", "block"):
-            raise UserError(f"--mode {settings.mode!r}: use ar or block")
-        options = {**settings.decode, "batch": settings.max_batch, **({"fmt": settings.fmt} if settings.fmt else {}),
-                   **({"mode": settings.mode} if settings.mode else {})}  # no --mode: the checkpoint's own
-        spec = PlannerSpec.model(settings.checkpoint, options, text=f"model:{settings.checkpoint}")
         try:
-            self.planner = ModelPlanner(spec)
+            self.planner = ModelPlanner(settings.spec)
         except ValueError as err:
             raise UserError(f"--checkpoint {settings.checkpoint}: {err}") from None
         self.planner.prepare()
         self.block_size = self._block_size()
-        if settings.mode == "block" and self.block_size is None:
+        if self.mode == "block" and self.block_size is None:
             raise UserError(f"--mode block: {settings.checkpoint} has no diffusion settings (an AR checkpoint); "
                             "serve it with --mode ar or convert it with `wamdiff model convert`")
         self.camera = self.planner.camera
@@ -61,14 +63,13 @@ class PlannerEngine:
         except ValueError as err:
             raise UserError(f"--checkpoint {settings.checkpoint}: cannot decode it ({err})") from None
 
-    def _block_size(self) -> int | None:
-        from wamdiff.models import diffusion_settings
+    def _block_size(self) -> int | str | None:
+        """The block size a block decode uses (the spec's, else the trained one); None for an AR checkpoint."""
+        from wamdiff.models import diffusion_settings, is_diffusion
 
-        try:
-            native = diffusion_settings(self.planner.model).block_size
-        except ValueError:
+        if not is_diffusion(self.planner.model):
             return None
-        return self.planner.spec.decode.block_size or native
+        return self.planner.spec.decode.block_size or diffusion_settings(self.planner.model).block_size
 
     @property
     def mode(self) -> str:
@@ -95,7 +96,7 @@ class PlannerEngine:
                       "preset": getattr(model.config, "preset", None), "parameters": count_parameters(model).get("total")},
             "mode": self.mode, "block_size": self.block_size if block else None,
             "threshold": decode.threshold if block else None,
-            "max_steps_per_block": decode.max_steps_per_block if block else None,
+            "max_steps": decode.max_steps if block else None,
             "strategy": decode.strategy if block else None,
             "dtype": str(next(model.parameters()).dtype).removeprefix("torch."), "format": self.planner.spec.fmt,
             "max_new_tokens": decode.max_new_tokens, "camera": self.camera.to_dict(),

@@ -101,17 +101,14 @@ def teacher_student_overlap(student: str, teacher: str, *, teacher_kind: str, da
     teacher and an AR teacher are directly comparable: `diffusion` scores the noisy x_t under its own block
     mask, `ar` scores the clean answer causally.
     """
-    import json
-    from pathlib import Path
-
+    from wamdiff.models.recorded import recorded_diffusion
     from wamdiff.models.tokens import PAD, token_id
     from wamdiff.training.config import RecipeKind, load_recipe
     from wamdiff.training.data import load_examples
     from wamdiff.training.loading import load_student, load_teacher
 
-    if block_size is None:  # the student's own block size, from its saved diffusion settings
-        saved = json.loads((Path(student) / "config.json").read_text()).get("diffusion") or {}
-        block_size = int(saved.get("block_size", 1))
+    if block_size is None:  # the block size the student was trained at
+        block_size = int(recorded_diffusion(student).get("block_size", 1))
     recipe = load_recipe({"name": f"overlap_{teacher_kind}", "kind": RecipeKind.DISTILL_MODEL.value, "seed": seed,
                           "model": {"init": str(student), "block_size": block_size},
                           "data": {"train": [str(data)], "val": str(data)},

@@ -27,6 +27,7 @@ from typing import Callable
 import torch
 
 from wamdiff.errors import UserError
+from wamdiff.models.recorded import is_model_dir
 from wamdiff.models.precision import cpu_has_fast_bf16, needs_fp32_compute, restore_stored_weights, upcast_frozen_weights
 from wamdiff.training import checkpoint as ckpt
 from wamdiff.training import lora as lora_
@@ -317,7 +318,7 @@ class Trainer:
         r = self.recipe
         B = r.block_size
         steps = r.teacher.onpolicy_steps_per_block or B
-        cfg = DecodeConfig(mode="block", block_size=B, strategy="fixed", max_steps_per_block=steps,
+        cfg = DecodeConfig(mode="block", block_size=B, strategy="fixed", max_steps=steps,
                            max_new_tokens=batch.x0.shape[1])
         n = len(batch)
         per = math.ceil(n / self.world)
@@ -540,7 +541,7 @@ class Trainer:
                         raise UserError(f"{folder}: unreadable adapter weights")
                 else:
                     bad = None if self.sharded_launch else unreadable_weights(path / "model")
-                    if bad is not None or not (path / "model" / "config.json").is_file():
+                    if bad is not None or not is_model_dir(path / "model"):
                         raise UserError(f"{bad or path / 'model'}: unreadable model weights")
                     verify_checksums(path / "model")  # bytes changed under an intact header: fall back too
             except UserError as err:

@@ -134,7 +134,7 @@ class BenchGrid:
     def block_config(self, point: tuple, tokenizer=None, fmt=None, compile: bool = False) -> DecodeConfig:
         b, tau, steps, cache = point
         ordinal = self.ordinal_window if fmt in ORDINAL_FORMATS else 0
-        return self.config(tokenizer, fmt, mode="block", block_size=b, threshold=tau, max_steps_per_block=steps,
+        return self.config(tokenizer, fmt, mode="block", block_size=b, threshold=tau, max_steps=steps,
                            delayed_cache=cache == "delayed", compile=compile, ordinal_window=ordinal)
 
 

@@ -74,9 +74,9 @@ def step_cost(model, tokenizer, prompt, block_sizes, *, n_tokens: int = 64, repe
 
     def blk(b):
         r = StepRunner(model, batch_p, b, n_tokens, **kw)
+        fixed = DecodeConfig(block_size=b, max_new_tokens=n_tokens, strategy="fixed", max_steps=b, fused_commit=True)
         t0 = time.perf_counter()
-        out = decode_block(r, max_new_tokens=n_tokens, mask_id=mask_id, eos_id=-1, pad_id=pad, strategy="fixed",
-                           threshold=DecodeConfig.threshold, max_steps=b, fused_commit=True)  # fixed: tau unused
+        out = decode_block(r, fixed, mask_id=mask_id, eos_id=-1, pad_id=pad)
         return per_forward(t0, out[2])
 
     ar(), [blk(b) for b in block_sizes]  # warm-up
