@@ -21,8 +21,8 @@ LAYERS = [
     {"driving"},
     {"decoding"},
     {"eval", "training"},
-    {"evaluate", "report", "serve"},
-    {"pipeline", "schedule"},
+    {"serve"},
+    {"orchestration"},
     {"cli"},
 ]
 
@@ -120,7 +120,8 @@ def test_no_area_imports_an_area_above_it():
 def test_the_checks_can_fail():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
-    assert layer("wamdiff.pipeline") > layer("wamdiff.report") > layer("wamdiff.eval.run") > layer("wamdiff.models.build")
+    assert layer("wamdiff.orchestration.pipeline") > layer("wamdiff.serve.app") > layer("wamdiff.eval.run") > \
+        layer("wamdiff.models.build")
 
 
 @pytest.mark.parametrize("module", sorted(modules()))

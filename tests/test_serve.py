@@ -209,7 +209,7 @@ IN_PROCESS = f"model:{SERVED},mode=block"  # its answer format (delta) is record
 
 
 def _engine(max_batch: int):
-    from wamdiff.serve.engine import PlannerEngine, ServeSettings
+    from wamdiff.serve.planner_engine import PlannerEngine, ServeSettings
 
     return PlannerEngine(ServeSettings(SERVED, "block", "delta", max_batch=max_batch, max_wait_ms=0))
 

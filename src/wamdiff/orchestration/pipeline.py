@@ -229,7 +229,7 @@ def _finished_at(p: Pipeline, name: str) -> float | None:
 def _stage_inputs(p: Pipeline, spec: dict) -> dict[str, float | str | None]:
     """What a training stage reads from other stages: each input's finish stamp, or its path when it is a given
     checkpoint (`checkpoints:`), so a stage trained again makes the stages after it stale."""
-    from wamdiff.schedule import stage_needs
+    from wamdiff.orchestration.schedule import stage_needs
 
     return {dep: str(p.checkpoints[dep]) if dep in p.checkpoints else _finished_at(p, dep)
             for dep in stage_needs(spec, training_stages(p))}
@@ -467,9 +467,9 @@ def run_pipeline(config: str | Path, train_only: bool = False, stages: list[str]
                  from_scratch: bool = False) -> dict:
     """Every stage the pipeline needs (`schedule.stages_to_run`; finished ones skipped), `lanes` of them at once,
     then the evaluation and the report. `stages` runs only those training stages, in order, and stops."""
-    from wamdiff.evaluate import run_evaluation
-    from wamdiff.report import write_report
-    from wamdiff.schedule import run_lanes, stage_command, stages_to_run
+    from wamdiff.orchestration.eval_stages import run_evaluation
+    from wamdiff.orchestration.summary import write_report
+    from wamdiff.orchestration.schedule import run_lanes, stage_command, stages_to_run
 
     p = Pipeline.load(config, from_scratch=from_scratch)
     _threads(p)
@@ -547,8 +547,8 @@ def _weights_sha256(checkpoint: Path) -> dict[str, str]:
 
 
 def run_demo(config: str | Path) -> dict:
-    from wamdiff.evaluate import run_evaluation
-    from wamdiff.report import write_report
+    from wamdiff.orchestration.eval_stages import run_evaluation
+    from wamdiff.orchestration.summary import write_report
 
     p = Pipeline.load(config)
     _threads(p)
