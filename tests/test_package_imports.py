@@ -15,7 +15,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "wamdiff"
 # Lowest first; an area may import its own layer's modules and any layer below, never one above.
 LAYERS = [
     {"wamdiff", "_lazy", "jsonfile", "atomic", "provenance", "comfort_bounds", "errors", "outdir", "executors", "names",
-     "cli_choices", "resources"},
+     "cli_choices", "resources", "yamlconfig"},
     {"diffusion"},
     {"models"},
     {"driving"},
