@@ -47,11 +47,11 @@ class Pipeline:
 
         path = config_file(path)  # from the working directory, else the installed package's configs
         if not path.is_file():
-            raise ValueError(f"{path}: pipeline config not found")
+            raise UserError(f"{path}: pipeline config not found")
         cfg = _read_config(path)
         for key in ("out", "data"):
             if key not in cfg:
-                raise ValueError(f"{path}: missing top-level field '{key}'")
+                raise UserError(f"{path}: missing top-level field '{key}'")
         from wamdiff.training.config import check_recipe_keys  # noqa: PLC0415  (training is below the pipeline)
 
         for spec in cfg.get("train") or []:  # a typo in a stage's `set:` found now, not when the stage starts
