@@ -83,7 +83,7 @@ def test_map_cli_bad_grid_is_one_line_exit_2(tmp_path):
 
 
 def test_pipeline_map_section_resolves_in_every_config_that_has_one(tmp_path):
-    from wamdiff.pipeline import Pipeline
+    from wamdiff.orchestration.pipeline import Pipeline
 
     root = Path(__file__).resolve().parents[1]
     for config in ("default.yaml", "small.yaml"):  # small.yaml inherits default's map

@@ -186,8 +186,8 @@ def _figures(result: dict) -> tuple:
 
 def test_cli_pipeline_stage_and_direct_call_agree(tiny_checkpoint, scene_dir, tmp_path):
     from wamdiff.eval.cli import app
-    from wamdiff.evaluate import per_row, stage_open
-    from wamdiff.pipeline import Pipeline, run_stage
+    from wamdiff.orchestration.eval_stages import per_row, stage_open
+    from wamdiff.orchestration.pipeline import Pipeline, run_stage
 
     specs = ["expert", "cv", f"model:{tiny_checkpoint},mode=ar,max_new_tokens=8,fallback=cv"]
     direct = evaluate_open({s: PlannerSpec.parse(s) for s in specs}, _load(scene_dir), tmp_path / "direct",
@@ -213,8 +213,8 @@ def test_pipeline_rows_are_evaluated_once_each_and_combined(tiny_checkpoint, sce
     """A report row is its own stage: a row added later is evaluated alone, the others are reused; a model row
     whose weights file changes is evaluated again; the combined summary holds every row."""
     from wamdiff.eval.run import combine_open
-    from wamdiff.evaluate import eval_dir, per_row, stage_open
-    from wamdiff.pipeline import Pipeline, run_stage
+    from wamdiff.orchestration.eval_stages import eval_dir, per_row, stage_open
+    from wamdiff.orchestration.pipeline import Pipeline, run_stage
 
     run = tmp_path / "run"
     (run / "data").mkdir(parents=True)
@@ -257,8 +257,8 @@ def test_the_students_decode_setting_reaches_only_the_rows_that_decode_with_it(t
     re-evaluates the student rows, not the AR VLA (which decodes greedily whatever it says) nor the expert."""
     from pathlib import Path
 
-    from wamdiff.evaluate import row_settings
-    from wamdiff.pipeline import Pipeline
+    from wamdiff.orchestration.eval_stages import row_settings
+    from wamdiff.orchestration.pipeline import Pipeline
 
     shipped = Path(__file__).resolve().parents[1] / "checkpoints"
     rows = {"AR": "stage:ar_vla", "student": "stage:distill_block", "capped": "stage:distill_block,steps=4",
@@ -288,7 +288,7 @@ def _load(scene_dir):
 
 
 def test_pipeline_specs_are_typed_and_checked_at_load(tmp_path):
-    from wamdiff.pipeline import Pipeline
+    from wamdiff.orchestration.pipeline import Pipeline
 
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()

@@ -63,8 +63,8 @@ def test_checkpoints_of_other_models_or_decoding_are_refused(tmp_path):
 def test_the_pipeline_stage_averages_its_inputs_and_reports_their_steps(tmp_path):
     """An `average` stage saves the mean where a training stage saves its model, decodes and answers as its inputs,
     is skipped once done, and its row's training steps count every input's chain (the shared start once)."""
-    from wamdiff.pipeline import Pipeline, run_stage, stage_average
-    from wamdiff.report import steps_after
+    from wamdiff.orchestration.pipeline import Pipeline, run_stage, stage_average
+    from wamdiff.orchestration.summary import steps_after
 
     a, b = _checkpoint(tmp_path / "a", 1), _checkpoint(tmp_path / "b", 2)
     spec = {"name": "soup", "average": ["a", "b"]}

@@ -55,7 +55,7 @@ def test_a_model_without_a_card_converts_under_license_other(tmp_path):
 
 def test_export_cards_carry_the_measured_table_of_the_shipped_summary_only(tmp_path):
     from wamdiff.models import to_diffusion
-    from wamdiff.pipeline import export_checkpoints
+    from wamdiff.orchestration.pipeline import export_checkpoints
 
     tok = build_tokenizer()
     student = save_model(to_diffusion(build_model("tiny", tok, seed=0), 16, tokenizer=tok), tok, tmp_path / "student")

@@ -84,7 +84,7 @@ def test_every_prompt_path_uses_the_models_geometry(world):
     from wamdiff.eval.planners import make_planner, plan_scenes
     from wamdiff.eval.specs import parse_specs
     from wamdiff.eval.synthetic import straight_road_scene
-    from wamdiff.evaluate import stage_qa
+    from wamdiff.orchestration.eval_stages import stage_qa
     from wamdiff.models import load_model
     from wamdiff.models.cli import app as model_app
     from wamdiff.training.data import load_examples

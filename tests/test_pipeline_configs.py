@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from wamdiff.pipeline import _read_config
+from wamdiff.orchestration.pipeline import _read_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -61,8 +61,8 @@ def test_a_replace_tagged_mapping_replaces_the_base_instead_of_merging(tmp_path)
 
 
 def test_the_small_chain_trains_only_its_own_stages_from_the_shipped_models():
-    from wamdiff.pipeline import Pipeline
-    from wamdiff.schedule import stages_to_run
+    from wamdiff.orchestration.pipeline import Pipeline
+    from wamdiff.orchestration.schedule import stages_to_run
 
     p = Pipeline.load(ROOT / "configs" / "small.yaml")
     run = [s["name"] for s in stages_to_run(p.cfg, given=set(p.checkpoints))]
@@ -72,7 +72,7 @@ def test_the_small_chain_trains_only_its_own_stages_from_the_shipped_models():
 
 
 def test_route_phase_scenes_join_only_the_stages_that_ask_for_them(tmp_path):
-    from wamdiff.pipeline import Pipeline, training_sources
+    from wamdiff.orchestration.pipeline import Pipeline, training_sources
 
     p = Pipeline.load(ROOT / "configs" / "default.yaml")
     p.out = tmp_path
@@ -91,7 +91,7 @@ def test_a_stage_can_name_its_aggregation_rounds(tmp_path):
     """The recovery study's arms each train on round 0 plus their own round, weighted by size as if merged; the
     default's mature mixture on rounds 0, 3, 4, 5 and the route-phase scenes; a stage without `agg_rounds` takes
     every round so far (agg.json)."""
-    from wamdiff.pipeline import Pipeline, training_sources
+    from wamdiff.orchestration.pipeline import Pipeline, training_sources
 
     p = Pipeline.load(ROOT / "configs" / "studies" / "recovery.yaml")
     p.out = tmp_path
@@ -120,7 +120,7 @@ def test_the_conversion_trains_on_one_mixture_it_can_make_from_the_ar_vla(tmp_pa
     stages after `block32` add the round the student drives (round 7); the level-2 stages also the expert scenes that
     start in hard braking, once more (`hard_braking`)."""
     import wamdiff.driving.dataset as dataset
-    from wamdiff.pipeline import Pipeline, training_sources
+    from wamdiff.orchestration.pipeline import Pipeline, training_sources
 
     monkeypatch.setattr(dataset, "write_hard_braking_split", lambda data: Path(data) / "train_hard_braking.json")
 
@@ -161,7 +161,7 @@ def test_a_stage_can_weight_up_the_scenes_that_start_in_hard_braking(tmp_path):
     from wamdiff.driving.scene import HARD_BRAKING_MS2
     from wamdiff.errors import UserError
     from wamdiff.eval.synthetic import straight_road_scene
-    from wamdiff.pipeline import Pipeline, training_sources
+    from wamdiff.orchestration.pipeline import Pipeline, training_sources
 
     p = Pipeline.load(ROOT / "configs" / "default.yaml")
     p.out = tmp_path

@@ -71,7 +71,7 @@ RANGES = {  # report column -> valid range
 def test_pipeline_smallest_scale(tmp_path, monkeypatch):
     import torch
 
-    from wamdiff.pipeline import run_pipeline
+    from wamdiff.orchestration.pipeline import run_pipeline
 
     monkeypatch.chdir(__import__("pathlib").Path(__file__).resolve().parents[1])
     torch.set_num_threads(1)

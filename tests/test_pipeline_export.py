@@ -7,7 +7,7 @@ import os
 import yaml
 
 from wamdiff.models import build_model, build_tokenizer, save_model
-from wamdiff.pipeline import export_checkpoints
+from wamdiff.orchestration.pipeline import export_checkpoints
 
 
 def test_export_ships_the_report_table_only_if_written_after_every_exported_stage(tmp_path):
@@ -94,7 +94,7 @@ def test_names_in_a_config_that_become_paths_are_checked_when_it_loads(tmp_path)
     import pytest
 
     from wamdiff.errors import UserError
-    from wamdiff.pipeline import Pipeline
+    from wamdiff.orchestration.pipeline import Pipeline
 
     base = {"out": str(tmp_path / "run"), "data": {"fmt": "delta"}}
     for override, where in [({"train": [{"name": "../evil", "recipe": "r.yaml"}]}, "train: stage name"),

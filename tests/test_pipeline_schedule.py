@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from wamdiff.schedule import run_lanes, stage_needs, stages_to_run
+from wamdiff.orchestration.schedule import run_lanes, stage_needs, stages_to_run
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -51,7 +51,7 @@ def test_a_given_checkpoint_cuts_what_only_leads_to_it():
 
 
 def test_the_default_converts_the_given_ar_vla_and_from_scratch_trains_it():
-    from wamdiff.pipeline import Pipeline
+    from wamdiff.orchestration.pipeline import Pipeline
 
     given = Pipeline.load(ROOT / "configs" / "default.yaml")
     run = [s["name"] for s in stages_to_run(given.cfg, set(given.checkpoints))]

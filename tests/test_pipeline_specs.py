@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import yaml
 
-from wamdiff.pipeline import Pipeline
+from wamdiff.orchestration.pipeline import Pipeline
 
 
 def _pipeline(tmp_path) -> Pipeline:
@@ -15,7 +15,7 @@ def _pipeline(tmp_path) -> Pipeline:
 
 
 def test_stage_reruns_only_when_its_settings_change(tmp_path):
-    from wamdiff.pipeline import run_stage
+    from wamdiff.orchestration.pipeline import run_stage
 
     p = _pipeline(tmp_path)
     calls = []
@@ -33,7 +33,7 @@ def test_stage_reruns_only_when_its_settings_change(tmp_path):
 
 
 def test_config_base_merges_and_extends(tmp_path):
-    from wamdiff.pipeline import _read_config
+    from wamdiff.orchestration.pipeline import _read_config
 
     (tmp_path / "base.yaml").write_text("out: runs/x\ndata: {fmt: delta, per_family: {train: 10}}\n"
                                         "train: [{name: a}]\nevaluate: {planners: {expert: expert}}\n")
@@ -65,7 +65,7 @@ def _chain(tmp_path, b_lr: float = 1e-3) -> Pipeline:
 def test_a_stage_runs_again_when_a_stage_it_reads_from_finished_after_it(tmp_path):
     """A stage is done only if it finished after every stage it starts from, learns from, drives or mixes in:
     training `b` again makes the round it drives and the stage after it stale, not the stage before it."""
-    from wamdiff.pipeline import run_stage, stage_done
+    from wamdiff.orchestration.pipeline import run_stage, stage_done
 
     p = _chain(tmp_path)
     specs = {s["name"]: s for s in p.cfg["train"]}
@@ -87,7 +87,7 @@ def test_a_stage_runs_again_when_a_stage_it_reads_from_finished_after_it(tmp_pat
 def test_a_stage_dir_trained_otherwise_is_kept_aside_and_not_resumed(tmp_path):
     """Resuming is for an interrupted run of the same stage: a finished stage trained again (other settings or
     newer inputs) starts afresh, its old dir moved aside with every file in it."""
-    from wamdiff.pipeline import STAGE_KEY_FILE, _claim_stage_dir, run_stage
+    from wamdiff.orchestration.pipeline import STAGE_KEY_FILE, _claim_stage_dir, run_stage
 
     p = _chain(tmp_path)
     spec = {s["name"]: s for s in p.cfg["train"]}["b"]
@@ -106,7 +106,7 @@ def test_a_stage_dir_trained_otherwise_is_kept_aside_and_not_resumed(tmp_path):
 def test_a_round_labelled_again_replaces_its_old_labels(tmp_path, monkeypatch):
     """An aggregation round whose planner was retrained is driven again (`force`), not read back from its files."""
     import wamdiff.eval.aggregation as aggregation
-    import wamdiff.pipeline as pipeline
+    import wamdiff.orchestration.pipeline as pipeline
 
     p = _chain(tmp_path)
     spec = {s["name"]: s for s in p.cfg["train"]}["r7"]
@@ -125,7 +125,7 @@ def test_overlap_and_bench_run_again_when_a_model_they_read_is_retrained(tmp_pat
     them, a stage they do not read does not."""
     import os
 
-    from wamdiff.evaluate import model_stage_settings
+    from wamdiff.orchestration.eval_stages import model_stage_settings
 
     p = _chain(tmp_path)
     p.cfg["evaluate"] = {"top5_overlap": {"student": "c", "diffusion_teacher": "b", "ar_teacher": "ar"}}

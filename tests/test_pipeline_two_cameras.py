@@ -81,11 +81,13 @@ def test_qwen_template_two_cameras_train_and_bench(tmp_path):
     from wamdiff.eval.wire import scene_request
     from wamdiff.serve.app import create_app
     from wamdiff.serve.batcher import BatchingConfig
-    from wamdiff.serve.engine import PlannerEngine, ServeSettings
+    from wamdiff.eval.specs import PlannerSpec
+    from wamdiff.serve.planner_engine import PlannerEngine, ServeSettings
 
     with one_thread():
-        engine = PlannerEngine(ServeSettings(final, "block", "text2", decode={"steps": 2, "max_new_tokens": 16},
-                                             max_batch=1, max_wait_ms=0))
+        spec = PlannerSpec.model(final, {"mode": "block", "fmt": "text2", "batch": 1, "max_steps": 2,
+                                         "max_new_tokens": 16})
+        engine = PlannerEngine(ServeSettings(spec, max_wait_ms=0))
         scene = straight_road_scene(speed=8.0, scene_id="s")
         scene.image = np.zeros((engine.image_size, engine.image_size, 3), np.uint8)
         with TestClient(create_app(engine, BatchingConfig(1, 0.0))) as client:

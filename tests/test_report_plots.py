@@ -2,7 +2,7 @@
 made `make demo` fail (matplotlib refuses negative error bars)."""
 
 from wamdiff.eval.intervals import wilson_ci95
-from wamdiff.report import plot_quality_rows
+from wamdiff.orchestration.summary import plot_quality_rows
 
 
 def test_interval_plot_takes_a_full_success_rate(tmp_path):
@@ -23,8 +23,8 @@ def test_paired_difference_column_and_steps_after_the_ar_vla(tmp_path):
 
     from wamdiff.eval.intervals import mean_ci95, paired_ci95
     from wamdiff.eval.report import planner_files
-    from wamdiff.pipeline import Pipeline
-    from wamdiff.report import plot_compute, table_rows
+    from wamdiff.orchestration.pipeline import Pipeline
+    from wamdiff.orchestration.summary import plot_compute, table_rows
 
     ar = tmp_path / "ar"
     ar.mkdir()
@@ -72,7 +72,7 @@ def test_paired_difference_column_and_steps_after_the_ar_vla(tmp_path):
 
 
 def test_family_table_lists_every_family_of_every_planner():
-    from wamdiff.report import family_table
+    from wamdiff.orchestration.summary import family_table
 
     fam = lambda x: {"pdms": x, "c": 1.0, "dac": 0.9}  # noqa: E731
     results = {"open": {"planners": {"AR": {"pdms": {"per_family": {"merge": fam(0.9), "highway": fam(0.95)}}},

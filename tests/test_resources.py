@@ -43,7 +43,7 @@ def test_checkpoints_come_from_the_working_directory_else_wamdiff_checkpoints(tm
 
 
 def test_the_demo_config_loads_from_another_directory_with_its_checkpoints(tmp_path, monkeypatch):
-    from wamdiff.pipeline import Pipeline
+    from wamdiff.orchestration.pipeline import Pipeline
     from wamdiff.training.config import read_recipe_yaml
 
     monkeypatch.chdir(tmp_path)

@@ -253,7 +253,7 @@ IN_PROCESS = f"model:{SERVED},mode=block"  # its answer format (delta) is record
 
 def _engine(max_batch: int):
     from wamdiff.eval.specs import PlannerSpec
-    from wamdiff.serve.engine import PlannerEngine, ServeSettings
+    from wamdiff.serve.planner_engine import PlannerEngine, ServeSettings
 
     spec = PlannerSpec.model(SERVED, {"mode": "block", "fmt": "delta", "batch": max_batch})
     return PlannerEngine(ServeSettings(spec, max_wait_ms=0))

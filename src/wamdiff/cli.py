@@ -116,7 +116,7 @@ def study_parity(
 ) -> None:
     """Driving-quality parity of the diffusion student with its AR VLA: budget vs method, answer format, loss
     details, decoding; every arm a row of runs/default/report (PDMS, comfort, L2, closed loop, 95 % intervals)."""
-    from wamdiff.pipeline import run_pipeline
+    from wamdiff.orchestration.pipeline import run_pipeline
 
     run_pipeline(config, train_only=train_only, stages=stages.split(",") if stages else None)
 
@@ -132,7 +132,7 @@ def pipeline(
                                       "checkpoints (`checkpoints:`; the default's mature AR VLA) and what leads to them."),
 ) -> None:
     """From nothing to every checkpoint and the report: data, AR SFT, curriculum, distillation, evaluation."""
-    from wamdiff.pipeline import export_checkpoints, run_pipeline
+    from wamdiff.orchestration.pipeline import export_checkpoints, run_pipeline
 
     if export:
         if not stages:
@@ -145,7 +145,7 @@ def pipeline(
 @app.command()
 def demo(config: str = typer.Option("configs/demo.yaml", help="Demo YAML.")) -> None:
     """Run the main job on the default world and write the report (see README)."""
-    from wamdiff.pipeline import run_demo
+    from wamdiff.orchestration.pipeline import run_demo
 
     run_demo(config)
 

@@ -1,7 +1,7 @@
 """The model card of a checkpoint: `README.md` with Hugging Face front matter, so a converted or exported model
 describes itself (base model, block size, decode settings, license, how to load it with its block-causal attention).
 
-Written by `wamdiff model convert` and by the pipeline's export (`pipeline.export_checkpoints`). Figures are never
+Written by `wamdiff model convert` and by the pipeline's export (`orchestration.pipeline.export_checkpoints`). Figures are never
 written by hand: the measured table is taken from the export's `pipeline_summary.csv` (the report the pipeline
 measured) and its `PROVENANCE.json` (commit, machine), and left out when there is none.
 """

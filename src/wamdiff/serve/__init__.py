@@ -3,7 +3,7 @@ loopback load test `wamdiff serve-bench`.
 
 - `batcher.py`: `DynamicBatcher` (requests from many connections decoded together, up to a size / wait bound;
   a failing batch is retried request by request so a model failure is that request's alone).
-- `engine.py`: `PlannerEngine` (a checkpoint behind `eval.planners.ModelPlanner`, warmed up; `/info`).
+- `planner_engine.py`: `PlannerEngine` (a checkpoint behind `eval.planners.ModelPlanner`, warmed up; `/info`).
 - `app.py`: `create_app` (POST /plan, GET /health, GET /info, GET /metrics, /docs), `running_server` (a server in a
   thread).
 - `guards.py`: the limits (body, read / keep-alive timeouts, in-flight cap, bearer token); `schemas.py`: the pydantic

@@ -46,7 +46,7 @@ def serve(
     from wamdiff.eval.specs import PlannerSpec
     from wamdiff.serve.app import create_app
     from wamdiff.serve.batcher import BatchingConfig
-    from wamdiff.serve.engine import PlannerEngine, ServeSettings
+    from wamdiff.serve.planner_engine import PlannerEngine, ServeSettings
     from wamdiff.serve.guards import ServerLimits, is_loopback, new_token
     from wamdiff.serve.server import bind, bound_port, server_config
 

@@ -4,8 +4,14 @@ A recipe has sections `model`, `data`, `optim`, `diffusion`, `teacher`, `eval`, 
 top-level `name`, `kind` (ar_sft | block | distill_block | distill_model), `seed` and `output_dir`. A recipe
 may name a `base:` YAML (path relative to itself; or a list of them, later ones winning) whose values it
 overrides, so the block curriculum stages share one file of defaults and the LoRA recipes
-(`configs/recipes/lora/`) lay one memory setting over each stage. `--set key.sub=value` overrides are parsed
-as YAML scalars.
+(`configs/recipes/lora/`) lay one memory setting over each stage; files are read by `wamdiff.yamlconfig` (the one
+reader of recipes, pipeline configs and studies), and a key that is no recipe field is refused naming its file.
+`--set key.sub=value` overrides are parsed as YAML scalars.
+
+Precedence, lowest first: the dataclass defaults below < `configs/recipes/_common.yaml` < the recipe (its other bases,
+then its own values) < the overrides: `--set` for `wamdiff train`; in a pipeline stage, what the pipeline sets
+(`orchestration.pipeline.PIPELINE_SET_FIELDS`: name, output dir, seed, threads, data, init, teacher), then the
+stage's `set:` on top (printed and logged when the stage starts).
 """
 
 from __future__ import annotations
@@ -18,6 +24,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from wamdiff.errors import UserError
+from wamdiff.yamlconfig import merge, read_config
 
 
 class RecipeKind(str, Enum):
@@ -195,36 +204,40 @@ class Recipe:
 
 
 def deep_merge(base: dict, over: dict) -> dict:
-    out = copy.deepcopy(base)
-    for k, v in over.items():
-        if isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = deep_merge(out[k], v)
-        else:
-            out[k] = copy.deepcopy(v)
-    return out
+    """`over` laid on `base`, mapping by mapping (the one merge of `wamdiff.yamlconfig`)."""
+    return merge(base, over)
 
 
-def read_recipe_yaml(path: str | Path, _seen: tuple = ()) -> dict:
-    """Read a recipe YAML, resolving its `base:` chain (bases first, the file's own values win). A path that is not
-    in the working directory is looked up in the installed package's configs (`configs/recipes/...`)."""
+def read_recipe_yaml(path: str | Path) -> dict:
+    """Read a recipe YAML with its `base:` chain resolved (`wamdiff.yamlconfig.read_config`: bases first, the file's
+    own values win), each file's keys checked against the `Recipe` fields. A path that is not in the working
+    directory is looked up in the installed package's configs (`configs/recipes/...`)."""
     from wamdiff.resources import config_file
 
-    path = config_file(path).resolve()
-    if path in _seen:
-        raise ValueError(f"recipe {path}: circular `base:` chain {[str(p) for p in _seen]}")
-    try:
-        raw = yaml.safe_load(path.read_text()) or {}
-    except FileNotFoundError:
-        raise ValueError(f"recipe file not found: {path}") from None
-    except yaml.YAMLError as err:
-        raise ValueError(f"recipe {path}: invalid YAML: {err}") from None
-    if not isinstance(raw, dict):
-        raise ValueError(f"recipe {path}: top level must be a mapping, got {type(raw).__name__}")
-    base = raw.pop("base", None)
-    merged: dict = {}
-    for b in [base] if isinstance(base, str) else list(base or []):
-        merged = deep_merge(merged, read_recipe_yaml(path.parent / b, _seen + (path,)))
-    return deep_merge(merged, raw)
+    return read_config(config_file(path), check=lambda raw, where: check_recipe_keys(raw, str(where)))
+
+
+def check_recipe_keys(values: dict, where: str, cls=None, prefix: str = "") -> None:
+    """A UserError naming `where` and the dotted key of the first key in `values` (nested or dotted, as in a recipe
+    file or a stage's `set:`) that is no `Recipe` field."""
+    cls = cls or Recipe
+    known = {f.name: f for f in dataclasses.fields(cls)}
+    for key, value in values.items():
+        head, _, rest = str(key).partition(".")
+        name = head[: -len("_extra")] if head.endswith("_extra") else head
+        if name not in known:
+            section = f" {prefix.rstrip('.')}" if prefix else ""
+            raise UserError(f"{where}: unknown key {prefix + str(key)!r} (recipe{section} fields: {', '.join(sorted(known))})")
+        f = known[name]
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        if not dataclasses.is_dataclass(default):
+            if rest:
+                raise UserError(f"{where}: unknown key {prefix + str(key)!r} (recipe field {prefix + name} is not a section)")
+            continue
+        if rest:
+            check_recipe_keys({rest: value}, where, type(default), f"{prefix}{name}.")
+        elif isinstance(value, dict):
+            check_recipe_keys(value, where, type(default), f"{prefix}{name}.")
 
 
 def parse_overrides(items: list[str] | None) -> dict:
@@ -373,5 +386,6 @@ def load_recipe(recipe: dict | str | Path, overrides: dict | list[str] | None = 
     if isinstance(recipe, dict) and "base" in raw:
         raise ValueError("recipe dict: `base:` is only supported in YAML files")
     over = parse_overrides(overrides) if isinstance(overrides, list) else nest_dotted(overrides)
+    check_recipe_keys(over, "--set" if isinstance(overrides, list) else "recipe overrides")
     raw = deep_merge(raw, over)
     return validate(_build(Recipe, raw, ""))

@@ -6,7 +6,7 @@ answer texts on the scenes of the bench's prompts, text i on prompt i's scene. T
 an argument (`grid.run_bench`, `tune.measure_curve`, `paired.paired_bench`) and merges its figures into every
 quality dict (`judged_quality`), which makes `dial.meets_quality` check PDMS and comfort besides L2.
 
-Who builds it: the eval layer (`wamdiff.eval.bench_judge`). The pipeline's bench stage (`evaluate.stage_bench`, a
+Who builds it: the eval layer (`wamdiff.eval.bench_judge`). The pipeline's bench stage (`eval_stages.stage_bench`, a
 layer above eval) builds one from its test scenes and passes it. The `wamdiff bench` command sits in this layer,
 so the root CLI (`wamdiff.cli`, which may import every layer) registers the eval layer's factory with the command
 at start-up (`decoding.cli.register_judge_factory`; kept in that light module so `wamdiff --help` does not load

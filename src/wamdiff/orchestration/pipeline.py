@@ -8,6 +8,7 @@ resumes from its last checkpoint (the trainer's `--resume`).
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import time
@@ -16,12 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-import yaml
 from rich.console import Console
 
+from wamdiff.errors import UserError
 from wamdiff.jsonfile import write_json
 from wamdiff.outdir import path_name
 from wamdiff.provenance import provenance
+from wamdiff.yamlconfig import read_config, refuse_unknown
 
 console = Console()
 
@@ -44,11 +46,15 @@ class Pipeline:
 
         path = config_file(path)  # from the working directory, else the installed package's configs
         if not path.is_file():
-            raise ValueError(f"{path}: pipeline config not found")
+            raise UserError(f"{path}: pipeline config not found")
         cfg = _read_config(path)
         for key in ("out", "data"):
             if key not in cfg:
-                raise ValueError(f"{path}: missing top-level field '{key}'")
+                raise UserError(f"{path}: missing top-level field '{key}'")
+        from wamdiff.training.config import check_recipe_keys  # noqa: PLC0415  (training is below the pipeline)
+
+        for spec in cfg.get("train") or []:  # a typo in a stage's `set:` found now, not when the stage starts
+            check_recipe_keys(spec.get("set") or {}, f"{path}: stage {spec.get('name')!r}: set")
         if from_scratch and cfg.get("checkpoints"):
             trained = {s["name"] for s in cfg.get("train") or []}
             cfg["checkpoints"] = {k: v for k, v in cfg["checkpoints"].items() if k not in trained}
@@ -156,17 +162,6 @@ class Pipeline:
         return is_diffusion(self.checkpoint(stage))
 
 
-class _Replace(dict):
-    """A mapping tagged `!replace` in a pipeline YAML: it replaces the base's mapping instead of merging into it."""
-
-
-class _ConfigLoader(yaml.SafeLoader):
-    pass
-
-
-_ConfigLoader.add_constructor("!replace", lambda loader, node: _Replace(loader.construct_mapping(node, deep=True)))
-
-
 def check_path_names(path: Path, cfg: dict) -> None:
     """Every name the pipeline turns into a file or folder (stages: `<out>/ckpt/<name>`, `<out>/stages/<name>.json`,
     an export's `<dest>/<name>`; world variants: `<out>/data_variant_<name>`) is one plain path component."""
@@ -179,38 +174,62 @@ def check_path_names(path: Path, cfg: dict) -> None:
             path_name(name, f"{path}: data.{key}")
 
 
+# The keys a pipeline config may have (`check_config_keys`); a top-level key starting with `_` only holds a YAML
+# anchor for the file's own stages, and `presets` holds the mappings a stage or its `set:` names with `use:`.
+CONFIG_KEYS = ("out", "seed", "threads", "lanes", "checkpoints", "data", "train", "evaluate", "bench", "presets")
+DATA_KEYS = ("families", "fmt", "formats", "per_family", "workers", "qa_weight", "variants", "train_variants", "phases")
+STAGE_KEYS = ("name", "recipe", "init", "teacher", "set", "fmt", "agg", "agg_rounds", "phases", "train_variants",
+              "hard_braking", "aggregate", "average", "use")
+EVALUATE_KEYS = ("planners", "decode", "speed", "test_limit", "workers", "variants", "closedloop", "top5_overlap",
+                 "bev_plots", "qa_samples", "recorded")
+
+
+def check_config_keys(raw: dict, path: Path) -> None:
+    """One pipeline YAML's own keys (before its base is merged, so the error names the file that holds a typo)."""
+    refuse_unknown([k for k in raw if not str(k).startswith("_")], CONFIG_KEYS, f"{path}")
+    for key, allowed in (("data", DATA_KEYS), ("evaluate", EVALUATE_KEYS)):
+        if isinstance(raw.get(key), dict):
+            refuse_unknown(raw[key], allowed, f"{path}: {key}")
+    for spec in [*(raw.get("train") or []), *(raw.get("train_extra") or [])]:
+        if not isinstance(spec, dict):
+            raise UserError(f"{path}: train: a stage is a mapping with a `name`, got {spec!r}")
+        refuse_unknown(spec, STAGE_KEYS, f"{path}: stage {spec.get('name')!r}")
+
+
 def _read_config(path: Path) -> dict:
-    """A pipeline YAML; with `base: other.yaml` (relative to it) the base's settings with this file's on top:
-    mappings merge key by key (a mapping tagged `!replace` replaces the base's whole), and a key `X_extra` appends
-    its items to the base's list or mapping `X` (a study adds training stages and report rows to the default
-    pipeline without copying it; a chain of its own, such as configs/small.yaml, replaces the report's rows)."""
-    try:
-        cfg = yaml.load(path.read_text(), Loader=_ConfigLoader) or {}
-    except yaml.YAMLError as err:
-        raise ValueError(f"{path}: not valid YAML ({err})") from err
-    base = cfg.pop("base", None)
-    if base is None:
-        return cfg
-    return _merge(_read_config((path.parent / base).resolve()), cfg, str(path))
+    """A pipeline YAML (or a study: one with `base:`) through the one config reader (`wamdiff.yamlconfig`: base-merge,
+    `!replace`, `X_extra`), its keys checked file by file, then the presets a stage names with `use:` laid in."""
+    return expand_presets(read_config(path, check=check_config_keys), path)
 
 
-def _merge(base: dict, over: dict, where: str) -> dict:
-    out = dict(base)
-    for key, value in over.items():
-        if key.endswith("_extra"):
-            target = key[: -len("_extra")]
-            have = out.get(target)
-            if isinstance(have, list) and isinstance(value, list):
-                out[target] = have + value
-            elif isinstance(have, dict) and isinstance(value, dict):
-                out[target] = {**have, **value}
-            else:
-                raise ValueError(f"{where}: {key} extends {target!r}, which the base does not have as a list or mapping")
-        elif isinstance(value, dict) and isinstance(out.get(key), dict) and not isinstance(value, _Replace):
-            out[key] = _merge(out[key], value, where)
-        else:
-            out[key] = value
-    return out
+def expand_presets(cfg: dict, path: Path) -> dict:
+    """Each training stage and its `set:` with `use: NAME` (or a list of names) gets the top-level `presets:` mapping
+    of that name under its own keys (presets in the order listed, later ones winning; the stage's own keys win over
+    all), so a setting shared by many stages (the short-eval settings, a data mixture) is written once, in
+    configs/default.yaml, and a study that names it as `base:` uses the same. The stage spec keeps no `use:`."""
+    presets = cfg.get("presets") or {}
+
+    def laid(mapping: dict, where: str) -> dict:
+        names = mapping.get("use")
+        if names is None:
+            return mapping
+        out: dict = {}
+        for name in [names] if isinstance(names, str) else list(names):
+            if not isinstance(presets.get(name), dict):
+                raise UserError(f"{path}: {where}: use: no preset {name!r} (presets: {', '.join(sorted(presets)) or 'none'})")
+            out.update(copy.deepcopy(presets[name]))
+        out.update({k: v for k, v in mapping.items() if k != "use"})
+        return out
+
+    stages = []
+    for spec in cfg.get("train") or []:
+        spec = laid(spec, f"stage {spec.get('name')!r}")
+        if isinstance(spec.get("set"), dict):
+            spec["set"] = laid(spec["set"], f"stage {spec.get('name')!r}: set")
+        stages.append(spec)
+    if "train" in cfg:
+        cfg["train"] = stages
+    return cfg
 
 
 def _fingerprint(settings) -> str | None:
@@ -229,7 +248,7 @@ def _finished_at(p: Pipeline, name: str) -> float | None:
 def _stage_inputs(p: Pipeline, spec: dict) -> dict[str, float | str | None]:
     """What a training stage reads from other stages: each input's finish stamp, or its path when it is a given
     checkpoint (`checkpoints:`), so a stage trained again makes the stages after it stale."""
-    from wamdiff.schedule import stage_needs
+    from wamdiff.orchestration.schedule import stage_needs
 
     return {dep: str(p.checkpoints[dep]) if dep in p.checkpoints else _finished_at(p, dep)
             for dep in stage_needs(spec, training_stages(p))}
@@ -382,14 +401,18 @@ def training_sources(p: Pipeline, spec: dict) -> list[dict]:
     return sources
 
 
-def stage_train(p: Pipeline, spec: dict) -> dict:
-    from wamdiff.training.trainer import train
+# What the pipeline sets in a training stage's recipe over the recipe file's values: the stage's name and folder, the
+# config's seed and threads, the pipeline's data, and the checkpoints of the stages named by `init` / `teacher` (the
+# last two only when the stage names them). The stage's `set:` goes on top of these and may set them again.
+PIPELINE_SET_FIELDS = ("name", "output_dir", "seed", "threads", "data.train", "data.val", "eval.qa.path", "model.init",
+                       "teacher.path")
 
-    name = spec["name"]
-    out_dir = _claim_stage_dir(p, spec)
+
+def pipeline_fields(p: Pipeline, spec: dict, out_dir: Path) -> dict:
+    """The values of `PIPELINE_SET_FIELDS` for a training stage (flat dotted keys, as `--set` takes them)."""
     data = p.format_dir(spec.get("fmt"))
-    overrides = {
-        "name": name,
+    fields = {
+        "name": spec["name"],
         "output_dir": str(out_dir),
         "seed": int(p.cfg.get("seed", 0)),
         "threads": p.cfg.get("threads"),
@@ -398,9 +421,26 @@ def stage_train(p: Pipeline, spec: dict) -> dict:
         "eval.qa.path": str(data / "val_qa.json"),
     }
     if "init" in spec:
-        overrides["model.init"] = str(p.checkpoint(spec["init"]))
+        fields["model.init"] = str(p.checkpoint(spec["init"]))
     if "teacher" in spec:
-        overrides["teacher.path"] = str(p.checkpoint(spec["teacher"]))
+        fields["teacher.path"] = str(p.checkpoint(spec["teacher"]))
+    return fields
+
+
+def overrides_line(spec: dict, fields: dict) -> str:
+    """The record of what a stage changes in its recipe, printed and logged when it starts."""
+    own = spec.get("set") or {}
+    return (f"stage {spec['name']}: recipe {spec['recipe']}; the pipeline sets {', '.join(fields)}"
+            + (f"; its set: {', '.join(map(str, own))}" if own else ""))
+
+
+def stage_train(p: Pipeline, spec: dict) -> dict:
+    from wamdiff.training.trainer import train
+
+    overrides = pipeline_fields(p, spec, _claim_stage_dir(p, spec))
+    line = overrides_line(spec, overrides)
+    console.print(f"[dim]{line}[/dim]")
+    _log(p, line)
     overrides.update(spec.get("set", {}))
     result = train(spec["recipe"], overrides, resume=True)  # continues a killed stage; fresh when none
     keep = ("steps", "final_train_loss", "val_loss", "val_masked_acc", "val_ar_token_acc", "val_top5_overlap",
@@ -467,9 +507,9 @@ def run_pipeline(config: str | Path, train_only: bool = False, stages: list[str]
                  from_scratch: bool = False) -> dict:
     """Every stage the pipeline needs (`schedule.stages_to_run`; finished ones skipped), `lanes` of them at once,
     then the evaluation and the report. `stages` runs only those training stages, in order, and stops."""
-    from wamdiff.evaluate import run_evaluation
-    from wamdiff.report import write_report
-    from wamdiff.schedule import run_lanes, stage_command, stages_to_run
+    from wamdiff.orchestration.eval_stages import run_evaluation
+    from wamdiff.orchestration.summary import write_report
+    from wamdiff.orchestration.schedule import run_lanes, stage_command, stages_to_run
 
     p = Pipeline.load(config, from_scratch=from_scratch)
     _threads(p)
@@ -552,8 +592,8 @@ def _weights_sha256(checkpoint: Path) -> dict[str, str]:
 
 
 def run_demo(config: str | Path) -> dict:
-    from wamdiff.evaluate import run_evaluation
-    from wamdiff.report import write_report
+    from wamdiff.orchestration.eval_stages import run_evaluation
+    from wamdiff.orchestration.summary import write_report
 
     p = Pipeline.load(config)
     _threads(p)
