@@ -176,7 +176,7 @@ def check_path_names(path: Path, cfg: dict) -> None:
 
 # The keys a pipeline config may have (`check_config_keys`); a top-level key starting with `_` only holds a YAML
 # anchor for the file's own stages, and `presets` holds the mappings a stage or its `set:` names with `use:`.
-CONFIG_KEYS = ("out", "seed", "threads", "lanes", "checkpoints", "data", "train", "evaluate", "bench", "presets")
+CONFIG_KEYS = ("out", "seed", "threads", "lanes", "checkpoints", "data", "train", "evaluate", "bench", "presets", "map")
 DATA_KEYS = ("families", "fmt", "formats", "per_family", "workers", "qa_weight", "variants", "train_variants", "phases")
 STAGE_KEYS = ("name", "recipe", "init", "teacher", "set", "fmt", "agg", "agg_rounds", "phases", "train_variants",
               "hard_braking", "aggregate", "average", "use")
