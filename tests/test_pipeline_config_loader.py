@@ -60,7 +60,7 @@ def test_the_cli_says_it_in_one_line_with_exit_code_2(tmp_path, capsys):
     cfg = _write(tmp_path, "c.yaml", "out: o\ndata: {}\nlane: 2\n")
     assert main(["pipeline", "--config", str(cfg), "--train-only"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"error: {cfg}: unknown key 'lane' (known: bench, checkpoints, data, evaluate, lanes, out, presets, "
+    assert err == [f"error: {cfg}: unknown key 'lane' (known: bench, checkpoints, data, evaluate, lanes, map, out, presets, "
                    "seed, threads, train)"]
 
 
