@@ -182,8 +182,8 @@ def small_student_page() -> str:
         "columns paired, with their 95 % intervals in `paired.csv`; against the AR VLA in `paired_vs_ar.csv`). "
         "`small_student_long` is the same schedule with the teacher; `small_student_xl` (1,200 steps more with the "
         "teacher) is the shipped `checkpoints/small/small_student_xl`. Speed from the test split's plan timings at the "
-        "same decode (`eval pdms --speed 1,8`: one 17-token block, ≤ 4 forwards, τ 0.5, ordinal read-out, fp32, one "
-        "thread). Closed loop on the 100 routes: AR VLA 84 %, the shipped small student 56 % (open-loop parity does "
+        "same decode (`eval pdms --speed 1,8`: one 17-token block, ≤ 4 forwards, τ 0.5, ordinal read-out, fp32, torch's "
+        "default two threads). Closed loop on the 100 routes: AR VLA 84 %, the shipped small student 56 % (open-loop parity does "
         "not carry over; see the notes). Generated at build time from `docs/results/small_student/front.csv` "
         "(`wamdiff eval front`); the commands are in [results notes](../development/results-notes.md).", "",
         *table, "", "![front](small_student/front.png)", "", "![paired](small_student/paired.png)", ""])
