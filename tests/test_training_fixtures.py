@@ -41,9 +41,9 @@ def tiny_recipe(paths: dict[str, Path], out: Path, kind: str = "block", **sectio
         "checkpoint": {"every": 0},
         "log": {"every": 1, "progress": False, "tensorboard": True},
     }
-    from wamdiff.training.config import deep_merge
+    from wamdiff.yamlconfig import merge
 
-    return deep_merge(r, sections)
+    return merge(r, sections)
 
 
 def text_layers(model):

@@ -74,9 +74,9 @@ def _lora_recipe(data, out, kind="block", **over):
     sections = dict(model={"preset": "tiny", "block_size": 4, "dtype": "bf16", "gradient_checkpointing": True,
                            "lora": {"rank": 4, "alpha": 8}},
                     optim={"steps": 4, "lr": 5e-3, "mixed_precision": "bf16"})
-    from wamdiff.training.config import deep_merge
+    from wamdiff.yamlconfig import merge
 
-    return tiny_recipe(data, out, kind, **deep_merge(sections, over))
+    return tiny_recipe(data, out, kind, **merge(sections, over))
 
 
 def test_lora_trains_adapters_and_added_tokens_only_and_merges_exactly(tmp_path, tok):

@@ -203,11 +203,6 @@ class Recipe:
 # ----------------------------------------------------------------------------------------------- loading
 
 
-def deep_merge(base: dict, over: dict) -> dict:
-    """`over` laid on `base`, mapping by mapping (the one merge of `wamdiff.yamlconfig`)."""
-    return merge(base, over)
-
-
 def read_recipe_yaml(path: str | Path) -> dict:
     """Read a recipe YAML with its `base:` chain resolved (`wamdiff.yamlconfig.read_config`: bases first, the file's
     own values win), each file's keys checked against the `Recipe` fields. A path that is not in the working
@@ -269,9 +264,9 @@ def nest_dotted(overrides: dict | None) -> dict:
         if "." in k:
             nested: dict = {}
             set_dotted(nested, k, v)
-            out = deep_merge(out, nested)
+            out = merge(out, nested)
         else:
-            out = deep_merge(out, {k: v})
+            out = merge(out, {k: v})
     return out
 
 
@@ -387,5 +382,5 @@ def load_recipe(recipe: dict | str | Path, overrides: dict | list[str] | None = 
         raise ValueError("recipe dict: `base:` is only supported in YAML files")
     over = parse_overrides(overrides) if isinstance(overrides, list) else nest_dotted(overrides)
     check_recipe_keys(over, "--set" if isinstance(overrides, list) else "recipe overrides")
-    raw = deep_merge(raw, over)
+    raw = merge(raw, over)
     return validate(_build(Recipe, raw, ""))
