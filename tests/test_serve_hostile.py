@@ -305,6 +305,23 @@ def test_a_request_whose_client_left_is_never_decoded(server):
     assert healthy(url)
 
 
+def test_a_client_leaving_while_its_batch_decodes_is_not_counted_as_abandoned(server):
+    url, engine, app = server
+    engine.gate.clear()
+    body = request_body(velocity=[3.0, 0.0])
+    leaver = raw_socket(url)
+    leaver.sendall(b"POST /plan HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
+                   % (len(body), body))
+    _until(lambda: engine.batches == [[3.0]], "its batch decoding")
+    leaver.close()
+    _until(lambda: _in_flight(url) == 0, "the server noticing the client left")
+    assert _metric(url, "wamdiff_abandoned_total") == 0  # it was decoded: the metric counts requests never decoded
+    engine.gate.set()
+    _until(lambda: app.state.batcher.stats.requests == 1 and app.state.batcher.waiting == 0, "the batch finishing")
+    assert app.state.batcher.stats.abandoned == 0 and engine.batches == [[3.0]]
+    assert healthy(url)
+
+
 # -- token, schemas, metrics ------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("host, loopback", [("127.0.0.1", True), ("127.3.2.1", True), ("::1", True), ("[::1]", True),
                                             ("localhost", True), ("0.0.0.0", False), ("::", False), ("10.0.0.5", False),

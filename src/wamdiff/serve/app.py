@@ -148,15 +148,21 @@ def create_app(engine, batching: BatchingConfig | None = None, *, batcher: Dynam
         except Exception as err:  # noqa: BLE001 - whatever a parser raises on a malformed body is the body's fault
             raise BadRequest(400, f"malformed request ({type(err).__name__}: {err})") from None
         del body
-        planned = asyncio.wrap_future(batcher.submit(item))
+        job = batcher.submit(item)
+        planned = asyncio.wrap_future(job)
         gone = asyncio.ensure_future(_client_gone(request))
         try:
             await asyncio.wait([planned, gone], return_when=asyncio.FIRST_COMPLETED)
         finally:
             gone.cancel()
-        if not planned.done():  # the client left first: cancelled (dropped by the batcher unless already decoding)
+        if not planned.done():  # the client left first
+            # Cancel the batcher's own future here and now: cancelling only the asyncio wrapper reaches it a loop turn
+            # later, by when the batcher may have started it. False: its batch is decoding already.
+            never_decoded = job.cancel()
             planned.cancel()
-            raise ClientDisconnect()
+            if never_decoded:
+                raise ClientDisconnect()
+            return Response(status_code=499)  # nobody to answer
         try:
             result, timing = planned.result()
         except Exception as err:  # noqa: BLE001 - the model failed on this request (alone: see DynamicBatcher)
