@@ -126,7 +126,7 @@ def pipeline(
     config: str = typer.Option("configs/default.yaml", help="Pipeline YAML."),
     train_only: bool = typer.Option(False, help="Stop after the training stages (no evaluation, no report)."),
     stages: str = typer.Option(None, help="Comma-separated training stages to run (only those), names from the config's "
-                               "`stages:`, e.g. teacher_ar,teacher_block4."),
+                               "`train:` (training and `aggregate` rounds), e.g. teacher_ar,teacher_block4."),
     export: str = typer.Option(None, help="Instead of running: copy the --stages' models (bf16) + provenance to this folder."),
     from_scratch: bool = typer.Option(False, "--from-scratch", help="Also train the stages the config is given as "
                                       "checkpoints (`checkpoints:`; the default's mature AR VLA) and what leads to them."),
