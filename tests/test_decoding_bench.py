@@ -7,8 +7,10 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from wamdiff.decoding.bench import BenchGrid, quality, run_bench, synthetic_prompts
-from wamdiff.decoding.cli import app
+from wamdiff.decoding.bench import BenchGrid, quality, run_bench
+from wamdiff.driving.answer_format import answer_format
+from wamdiff.driving.bench_inputs import answer_parser, bench_inputs, synthetic_prompts
+from wamdiff.eval.bench_cli import app
 from wamdiff.decoding.config import Generation
 
 
@@ -63,7 +65,7 @@ def test_step_cost_and_quality_are_reported():
     assert next(model.parameters()).dtype.is_floating_point  # the caller's model is left as it was (copies are cast)
     text = ",".join(["1.00,2.00"] * 8)  # 8 waypoints, text2 (the format is guessed when none is given)
     g = [Generation([1, 2], text, 2, True)]
-    q = quality(g, g, [",".join(["1.00,3.00"] * 8)], None)
+    q = quality(g, g, [",".join(["1.00,3.00"] * 8)], answer_parser(None))
     assert q["exact_match_vs_ar"] == 1.0 and q["l2_vs_ar"] == 0.0 and q["l2_vs_expert"] == pytest.approx(1.0)
 
 
@@ -83,7 +85,8 @@ def test_paired_bench_two_checkpoints_and_wamdiff2_json(tmp_path):
         {"from": "human", "value": "Here is a front-view image: <image>\nThe navigation information is: left"},
         {"from": "gpt", "value": answer}]}
     (tmp_path / "test.json").write_text(json.dumps([rec, rec]))
-    res = paired_bench(ar_checkpoint=tmp_path / "ar", diffusion_checkpoint=tmp_path / "diff", data=tmp_path / "test.json",
+    res = paired_bench(ar_checkpoint=tmp_path / "ar", diffusion_checkpoint=tmp_path / "diff",
+                       inputs=lambda tok, **kw: bench_inputs(tok, data=tmp_path / "test.json", **kw),
                        out=tmp_path / "out", settings={"batch_sizes": [2], "block_sizes": [4], "thresholds": [0.9],
                                                        "dtypes": ["fp32"], "prompts": 2, "max_new_tokens": 8,
                                                        "step_cost": False})
@@ -318,11 +321,11 @@ def test_fit_block_is_one_block_holding_the_whole_answer(fmt):
     tok = build_tokenizer()
     xy = np.stack([np.linspace(2, 40, 8), np.linspace(0, -3, 8)], 1)
     answer = tok.encode(format_trajectory(xy, fmt) + IM_END, add_special_tokens=False)
-    grid = BenchGrid([1], [FIT, 32], [0.9], ["fp32"], 8, [4]).resolved(tok, fmt)
+    grid = BenchGrid([1], [FIT, 32], [0.9], ["fp32"], 8, [4]).resolved(tok, answer_format(fmt))
     assert grid.block_sizes == [len(answer), 32]
-    assert BenchGrid([1], [FIT, len(answer)], [0.9], ["fp32"]).resolved(tok, fmt).block_sizes == [len(answer)]
+    assert BenchGrid([1], [FIT, len(answer)], [0.9], ["fp32"]).resolved(tok, answer_format(fmt)).block_sizes == [len(answer)]
     with pytest.raises(ValueError, match="fit"):
-        BenchGrid([1], [FIT], [0.9], ["fp32"]).resolved(tok, "text2")  # variable-width answers have no fixed length
+        BenchGrid([1], [FIT], [0.9], ["fp32"]).resolved(tok, answer_format("text2"))  # variable-width answers have no fixed length
 
 
 @pytest.mark.parametrize("blocks, word", [("fit", "fit"), ("4,x", "--blocks")])
@@ -575,3 +578,28 @@ def test_wamdiff_bench_judges_on_the_scenes_of_its_data(tmp_path):
     assert res.exit_code == 0 and "pdms" not in got["rows"][0]["quality"]
     res, _ = run("bad", "--judge")
     assert res.exit_code == 2 and "road_1" in res.output and "Traceback" not in res.output
+
+
+def test_the_step_caps_are_max_steps_and_the_old_name_still_reads(monkeypatch):
+    """`BenchGrid.max_steps` (was `max_steps_per_block`): a pipeline `bench:` section with the old key still loads,
+    and the journal's fingerprint hashes the caps under the old name, so a journal an older version left resumes."""
+    import hashlib
+    from dataclasses import asdict
+    from types import SimpleNamespace
+
+    import torch
+
+    import wamdiff.decoding.bench.journal as journal_mod
+    from wamdiff.decoding.bench.journal import fingerprint
+    from wamdiff.decoding.bench.paired import grid_from_settings
+
+    assert grid_from_settings({"max_steps": [4, 2]}).max_steps == [4, 2]
+    assert grid_from_settings({"max_steps_per_block": [2, 1]}).max_steps == [2, 1]
+    assert grid_from_settings({}).max_steps == BenchGrid().max_steps == [32]
+    grid = BenchGrid([1], [4], [0.9], ["fp32"], max_steps=[4, 2], caches=["exact"])
+    prompts = [SimpleNamespace(input_ids=torch.arange(3))]
+    old_grid = {("max_steps_per_block" if k == "max_steps" else k): v for k, v in asdict(grid).items()}
+    ident = {"grid": old_grid, "prompts": [[0, 1, 2]], "format": "delta", "model": "m", "ar_model": None}
+    old = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
+    monkeypatch.setattr(journal_mod, "model_fingerprint", lambda model: "m")
+    assert fingerprint(grid, prompts, object(), None, "delta") == old

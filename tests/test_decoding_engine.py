@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from dataclasses import replace
 
 from wamdiff.decoding import DecodeConfig, generate
+from wamdiff.driving.answer_format import answer_format
 from wamdiff.decoding.block import fixed_schedule, select_threshold
 from wamdiff.decoding.config import resolve_decode
 from wamdiff.decoding.engine import model_block_settings, to_generations
@@ -375,7 +376,7 @@ def test_grammar_for_format_accepts_the_world_formatter_output(fmt):
     from wamdiff.models import build_tokenizer
 
     tok = build_tokenizer()
-    gram = Grammar.for_format(tok, fmt)
+    gram = Grammar.for_format(tok, answer_format(fmt))
     table = gram.table(160, len(tok), token_id(tok, PAD))
     rng = np.random.default_rng(0)
     for _ in range(5):
@@ -385,7 +386,7 @@ def test_grammar_for_format_accepts_the_world_formatter_output(fmt):
         assert table[len(ids), token_id(tok, PAD)] and table[len(ids)].sum() == 1  # PAD after EOS
     assert table[0].sum() == {"fixed1": 2, "fixed2": 2, "bins": 256}[fmt]
     with pytest.raises(ValueError):
-        Grammar.for_format(tok, "text2")
+        Grammar.for_format(tok, answer_format("text2"))
 
 
 @pytest.mark.slow

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from wamdiff.decoding import DecodeConfig, Grammar, generate
+from wamdiff.driving.answer_format import answer_format
 from wamdiff.driving.trajectory import format_trajectory, parse_trajectory
 from wamdiff.models import tokens as T
 from wamdiff.models.tokenizer import add_special_tokens, build_qwen2_style_tokenizer, training_corpus
@@ -52,7 +53,7 @@ def test_the_stand_in_follows_qwen2_rules(qwen_text2):
 
 def test_unstable_format_names_format_tokenizer_and_characters(qwen_text2):
     with pytest.raises(ValueError) as err:
-        Grammar.for_format(qwen_text2, "fixed1")
+        Grammar.for_format(qwen_text2, answer_format("fixed1"))
     msg = str(err.value)
     assert "'fixed1'" in msg and "Qwen2Tokenizer" in msg and "stable positions" in msg
     assert "',+'" in msg and "',-'" in msg and "['+', '-']" in msg
@@ -71,12 +72,12 @@ def test_digit_merging_tokenizer_is_unstable_too():
     tok = PreTrainedTokenizerFast(tokenizer_object=bpe)
     assert tok.tokenize("000") == ["000"] and tok.tokenize("013") != ["013"]
     with pytest.raises(ValueError, match=r"'fixed1' cannot be tokenized at stable positions .*offending characters \['0', '[1-9]'\]"):
-        Grammar.for_format(tok, "fixed1")
+        Grammar.for_format(tok, answer_format("fixed1"))
 
 
 def test_stable_merged_tokenizer_gets_per_position_sets_from_itself(qwen_fixed1):
     tok = qwen_fixed1
-    gram = Grammar.for_format(tok, "fixed1")
+    gram = Grammar.for_format(tok, answer_format("fixed1"))
     comma_plus, comma_minus = (tok.convert_tokens_to_ids(t) for t in (",+", ",-"))
     assert comma_plus not in (None, tok.unk_token_id) and comma_minus not in (None, tok.unk_token_id)
     n_chars = len(format_trajectory(_trajectories(1)[0], "fixed1"))
@@ -95,7 +96,7 @@ def test_constrained_decode_with_a_merged_tokenizer_parses(qwen_fixed1):
     from wamdiff.models import build_model, encode_prompt, to_diffusion
 
     tok = qwen_fixed1
-    gram = Grammar.for_format(tok, "fixed1")
+    gram = Grammar.for_format(tok, answer_format("fixed1"))
     model = to_diffusion(build_model("tiny", tok, vision=False, seed=0), 8, tokenizer=tok)
     prompts = [encode_prompt(tok, f"navigation: {c}", vision=False) for c in ("left", "right")]
     n = -(-len(gram.classes) // 8) * 8
@@ -111,8 +112,38 @@ def test_constrained_decode_with_a_merged_tokenizer_parses(qwen_fixed1):
 
 
 def test_bins_are_stable_for_any_tokenizer_with_the_bin_tokens(qwen_fixed1):
-    gram = Grammar.for_format(qwen_fixed1, "bins")
+    gram = Grammar.for_format(qwen_fixed1, answer_format("bins"))
     assert len(gram.classes) == 17 and all(len(c) == 256 for c in gram.classes[:16])
+
+
+def test_grammar_takes_an_answer_format_object_not_a_name(qwen_fixed1):
+    """The decode engine resolves no format names (`decoding.answer`): a name is refused with a message saying who
+    resolves it, and any object with the interface gets the grammar of its cells, whatever its name."""
+    from dataclasses import dataclass
+
+    with pytest.raises(ValueError, match="answer format object"):
+        Grammar.for_format(qwen_fixed1, "fixed1")
+    fixed1 = answer_format("fixed1")
+
+    @dataclass(frozen=True)
+    class MyFormat:  # a user's own layout: here fixed1's cells under another name
+        name: str = "my_fixed"
+        waypoints: int = 8
+        interval_s: float = 0.5
+        precision_m: float = 0.05
+        layout: str = "fixed"
+
+        def format(self, xy):
+            return fixed1.format(xy)
+
+        def parse(self, text):
+            return fixed1.parse(text)
+
+        def cells(self):
+            return fixed1.cells()
+
+    mine = Grammar.for_format(qwen_fixed1, MyFormat())
+    assert mine.name == "my_fixed" and mine.classes == Grammar.for_format(qwen_fixed1, fixed1).classes
 
 
 def test_model_grammar_command_reports_positions_or_the_error(tmp_path, qwen_text2, qwen_fixed1):

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from wamdiff.decoding import DecodeConfig, Grammar, generate
+from wamdiff.driving.answer_format import answer_format
 from wamdiff.decoding.config import resolve_decode
 from wamdiff.decoding.readout import OrdinalTable, read_out
 from wamdiff.decoding.testing import synthetic_prompt, tiny_qwen3, tiny_tokenizer
@@ -87,10 +88,10 @@ def test_delta_grammar_lists_its_grids_in_value_order():
     from wamdiff.models import tokens as T
 
     tok = build_tokenizer()
-    gram = Grammar.for_format(tok, "delta")
+    gram = Grammar.for_format(tok, answer_format("delta"))
     assert gram.axes == [[token_id(tok, t) for t in T.DELTA_X_TOKENS], [token_id(tok, t) for t in T.DELTA_Y_TOKENS]]
     assert gram.position_axis == [0, 1] * 8
-    assert Grammar.for_format(tok, "fixed1").axes is None  # digits carry: no grid
+    assert Grammar.for_format(tok, answer_format("fixed1")).axes is None  # digits carry: no grid
 
 
 # --------------------------------------------------------------------------------------- inside the decoders

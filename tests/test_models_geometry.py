@@ -79,8 +79,8 @@ def _expect_geometry(w, prompt):
 
 
 def test_every_prompt_path_uses_the_models_geometry(world):
-    from wamdiff.decoding.bench import load_wamdiff2_json, synthetic_prompts
-    from wamdiff.decoding.cli import app as bench_app
+    from wamdiff.driving.bench_inputs import load_wamdiff2_json, synthetic_prompts
+    from wamdiff.eval.bench_cli import app as bench_app
     from wamdiff.eval.planners import make_planner, plan_scenes
     from wamdiff.eval.specs import parse_specs
     from wamdiff.eval.synthetic import straight_road_scene

@@ -18,8 +18,8 @@ LAYERS = [
      "cli_choices", "resources", "yamlconfig"},
     {"diffusion"},
     {"models"},
-    {"driving"},
-    {"decoding"},
+    {"decoding"},  # the decode engine: reads answers through `decoding.answer.AnswerFormat`, knows no driving
+    {"driving"},  # the driving world and today's answer formats (`driving.answer_format` implements the interface)
     {"eval", "training"},
     {"serve"},
     {"orchestration"},
@@ -115,6 +115,15 @@ def test_no_import_cycles():
 def test_no_area_imports_an_area_above_it():
     upward = [(a, b) for a, targets in import_graph().items() for b in targets if layer(b) > layer(a)]
     assert upward == []
+
+
+def test_the_decode_engine_does_not_import_driving():
+    """`wamdiff.decoding` reads answers through its own interface (`decoding.answer.AnswerFormat`) and gets its
+    prompts, formats and parsers from its callers: no module under it imports `wamdiff.driving`, not even lazily."""
+    graph = import_graph()
+    offending = sorted(f"{m} -> {t}" for m, targets in graph.items() if area(m) == "decoding"
+                       for t in targets if area(t) == "driving")
+    assert offending == []
 
 
 def test_the_checks_can_fail():

@@ -41,7 +41,7 @@ _SUBCOMMANDS = [
     ("model", "wamdiff.models.cli", "Build model presets, convert AR checkpoints to block diffusion, inspect checkpoints."),
     ("train", "wamdiff.training.cli", "Train from a YAML recipe (AR SFT, block curriculum, block/model distillation)."),
     ("eval", "wamdiff.eval.cli", "Evaluate planners: NAVSIM-style PDMS, open-loop L2, closed-loop success."),
-    ("bench", "wamdiff.decoding.cli", "Side-by-side AR vs block-diffusion decoding speed benchmark."),
+    ("bench", "wamdiff.eval.bench_cli", "Side-by-side AR vs block-diffusion decoding speed benchmark."),
 ]
 
 for _name, _module, _help in _SUBCOMMANDS:
@@ -63,28 +63,13 @@ def _wire_aggregate() -> None:
     except ImportError:  # pragma: no cover - eval unavailable: the data commands still work
         return
     _data_app.command("aggregate")(aggregate)
-    from wamdiff.decoding.cli import grammar
+    from wamdiff.eval.bench_cli import grammar
 
-    _model_app.command("grammar")(grammar)  # models sit below decoding: the grammar check is wired here
+    _model_app.command("grammar")(grammar)  # models sit below decoding and driving: the grammar check is wired here
 
 
 _wire_aggregate()
 
-
-def _wire_bench_judge() -> None:
-    """`wamdiff bench` judges its answers by PDMS and comfort on the prompts' scenes with the eval layer's judge, which
-    the decoding layer may not import: registered here (`decoding.bench.judge`), imported only when a bench asks."""
-    from wamdiff.decoding.cli import register_judge_factory
-
-    def judge_for_data(*args, **kw):
-        from wamdiff.eval.bench_judge import judge_for_data
-
-        return judge_for_data(*args, **kw)
-
-    register_judge_factory(judge_for_data)
-
-
-_wire_bench_judge()
 
 app.add_typer(importlib.import_module("wamdiff.serve.cli").app)  # `wamdiff serve`, `wamdiff serve-bench`: at the root
 

@@ -6,9 +6,10 @@ logits of each position (AR step or block step alike) before the argmax / confid
 parallel-decoding failure of digit formats (number widths misaligned across positions decoded in parallel;
 docs/concepts/decoding.md, "Answer formats and parallel decoding").
 
-`Grammar.for_format(tokenizer, fmt)` derives the per-position token sets from the tokenizer itself: the
-format's character cells (`wamdiff.driving.trajectory.format_cells`) are varied — every choice of each token's
-own characters, every pair of neighbouring tokens' (sampled where that is too many), random whole answers — and
+`Grammar.for_format(tokenizer, fmt)` derives the per-position token sets from the tokenizer itself, for an answer
+format object (`decoding.answer.AnswerFormat`; the decoder resolves no names, its callers pass objects, e.g.
+`driving.answer_format.answer_format("fixed1")`): the format's cells (`fmt.cells()`) are varied — every choice of
+each token's own characters, every pair of neighbouring tokens' (sampled where that is too many), random whole answers — and
 tokenized; every variant must give the same token boundaries, and the set at a position is the tokens seen
 there. A real Qwen tokenizer may merge punctuation (',-' one token, ',+' two): such a format has no stable
 positions for that tokenizer and gets a ValueError naming the format, the tokenizer and the characters.
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from wamdiff.decoding.answer import FIXED_WIDTH_LAYOUTS, AnswerFormat, fixed_width, ordinal, ordinal_layout
 from wamdiff.decoding.readout import OrdinalTable
 from wamdiff.models.tokens import BIN_TOKENS, IM_END, token_id
 
@@ -86,19 +88,22 @@ class _Layout:
         )
 
 
-def token_classes(tokenizer, fmt: str, *, seed: int = 0) -> list[list[int]]:
-    """Allowed token ids at each answer position of fixed-width format `fmt` under `tokenizer` (EOS excluded).
+def token_classes(tokenizer, fmt: AnswerFormat, *, seed: int = 0) -> list[list[int]]:
+    """Allowed token ids at each answer position of fixed-width format `fmt` (an `AnswerFormat`) under `tokenizer`
+    (EOS excluded).
 
     ValueError when the format's token positions depend on its characters (see the module doc)."""
-    from wamdiff.driving.trajectory import format_cells  # noqa: PLC0415
-
-    cells = format_cells(fmt)
-    lay = _Layout(tokenizer, fmt, cells)
+    cells = fmt.cells() if fixed_width(fmt) else None
+    if not cells:
+        raise ValueError(f"answer format {fmt.name!r} (layout {fmt.layout!r}) has no fixed-width cells")
+    cells = [tuple(c) for c in cells]
+    name = fmt.name
+    lay = _Layout(tokenizer, name, cells)
     base_choice = (0,) * len(cells)
     ids, spans = lay.encode([base_choice])[0]
     if None in spans:
         bad = tokenizer.decode([ids[spans.index(None)]])
-        raise ValueError(f"trajectory format {fmt!r}: tokenizer {tokenizer_name(tokenizer)} splits a cell "
+        raise ValueError(f"trajectory format {name!r}: tokenizer {tokenizer_name(tokenizer)} splits a cell "
                          f"(token {bad!r}); every cell {sorted(set(cells[0]))[:3]}... must be whole tokens")
     rng = np.random.default_rng(seed)
     probes, windows, tokens_in = [], [], []  # choice, its cell window, the base tokens that window holds
@@ -145,7 +150,7 @@ class Grammar:
 
     classes: list[list[int]]
     name: str = "custom"
-    # ordinal formats (`driving.trajectory.ORDINAL_FORMATS`): the grids' token ids in value order, and each answer
+    # ordinal formats (layout "tokens", `decoding.answer.ordinal`): the grids' token ids in value order, and each answer
     # position's grid (-1: none); what `decoding.readout`'s ordinal read-out reads
     axes: list[list[int]] | None = None
     position_axis: list[int] | None = None
@@ -165,19 +170,22 @@ class Grammar:
         return cls(classes, name)
 
     @classmethod
-    def for_format(cls, tokenizer, fmt: str) -> "Grammar":
-        """Grammar of a fixed-width trajectory format ('bins', 'fixed1', 'fixed2') under this tokenizer: the
-        token sets of `token_classes`, then EOS. 'text1'/'text2' have variable widths: ValueError."""
-        from wamdiff.driving.trajectory import FIXED_WIDTH_FORMATS  # noqa: PLC0415
-
-        if fmt not in FIXED_WIDTH_FORMATS:
-            raise ValueError(f"no fixed-width grammar for trajectory format {fmt!r} (use one of {FIXED_WIDTH_FORMATS})")
+    def for_format(cls, tokenizer, fmt: AnswerFormat) -> "Grammar":
+        """Grammar of a fixed-width answer format (an `AnswerFormat` object of layout 'fixed' or 'tokens', e.g.
+        fixed1, fixed2, bins, delta) under this tokenizer: the token sets of `token_classes`, then EOS. A
+        variable-width layout ('text': text1, text2) or a name instead of an object: ValueError."""
+        if not isinstance(fmt, AnswerFormat):
+            raise ValueError(f"Grammar.for_format takes an answer format object (decoding.answer.AnswerFormat), not "
+                             f"{fmt!r}; a format name is resolved by the caller (driving.answer_format.answer_format)")
+        if not fixed_width(fmt):
+            raise ValueError(f"no fixed-width grammar for trajectory format {fmt.name!r} (layout {fmt.layout!r}; a "
+                             f"grammar needs one of the layouts {FIXED_WIDTH_LAYOUTS})")
         eos = tokenizer.convert_tokens_to_ids(IM_END)
         if eos is None or eos == getattr(tokenizer, "unk_token_id", None):
-            raise ValueError(f"grammar for format {fmt!r}: tokenizer {tokenizer_name(tokenizer)} has no {IM_END!r}")
+            raise ValueError(f"grammar for format {fmt.name!r}: tokenizer {tokenizer_name(tokenizer)} has no {IM_END!r}")
         classes = [*token_classes(tokenizer, fmt), [eos]]
         axes, position_axis = _ordinal_axes(tokenizer, fmt)
-        return cls(classes, fmt, axes, position_axis)
+        return cls(classes, fmt.name, axes, position_axis)
 
     @property
     def answer_tokens(self) -> int:
@@ -209,11 +217,9 @@ class Grammar:
         return tables[key]
 
 
-def _ordinal_axes(tokenizer, fmt: str) -> tuple[list[list[int]] | None, list[int] | None]:
+def _ordinal_axes(tokenizer, fmt: AnswerFormat) -> tuple[list[list[int]] | None, list[int] | None]:
     """(grids as token ids, grid of each answer position) of an ordinal format; (None, None) for other formats."""
-    from wamdiff.driving.trajectory import ORDINAL_FORMATS, ordinal_layout  # noqa: PLC0415
-
-    if fmt not in ORDINAL_FORMATS:
+    if not ordinal(fmt):
         return None, None
     grids, position_axis = ordinal_layout(fmt)
     return [[token_id(tokenizer, t) for t in grid] for grid in grids], position_axis

@@ -3,7 +3,7 @@
 Plain read-out: the most likely token, confidence = its probability.
 
 Ordinal read-out (`DecodeConfig.ordinal_window` w > 0), for positions whose tokens are values on a uniform grid
-(the `delta` and `bins` answer formats: one token per coordinate, `driving.trajectory.ORDINAL_FORMATS`). Such a
+(the `delta` and `bins` answer formats: one token per coordinate, layout "tokens": `decoding.answer.ordinal`). Such a
 position's distribution spreads over neighbouring grid values: a model sure of a displacement to +-0.1 m still
 gives its single most likely token 0.3-0.5, so a top-1 threshold waits for confidence that never comes, and the
 argmax of positions decided in parallel jitters by a grid step or two (0.1 m per 0.5 s is 0.4 m/s^2 of

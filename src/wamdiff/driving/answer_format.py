@@ -1,7 +1,8 @@
-"""The answer-format interface: what a planner's answer text is (waypoint count, time horizon, precision, token
-layout) and how waypoints become that text and back.
+"""Today's answer formats as implementations of the answer-format interface (what a planner's answer text is:
+waypoint count, time horizon, precision, token layout; and how waypoints become that text and back).
 
-`AnswerFormat` is the interface; today's formats (`driving.trajectory.FORMATS`: text2, text1, fixed1, fixed2, bins,
+`AnswerFormat` is the interface, defined where the decode engine reads it (`wamdiff.decoding.answer`, a layer below
+this one) and re-exported here; today's formats (`driving.trajectory.FORMATS`: text2, text1, fixed1, fixed2, bins,
 delta) are its implementations (`BUILTIN`), and `answer_format(x)` turns a format name or an object into one, so a
 user whose VLA answers in its own layout passes an object with the same attributes and methods instead of a name.
 
@@ -11,34 +12,24 @@ user whose VLA answers in its own layout passes an object with the same attribut
   (one dedicated token per coordinate, `ordinal`: neighbouring tokens are neighbouring values);
 - `format(xy) -> str`, `parse(text) -> ParsedTrajectory` (never raises), `cells()` (the fixed-width layout's
   allowed strings per position, None for variable-width text).
+
+`guess_format(answer)` names the format of an answer text (what the bench parses with when no format is given).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from wamdiff.decoding.answer import LAYOUTS, AnswerFormat
 from wamdiff.driving import trajectory as tr
 
+__all__ = ["BUILTIN", "INTERVAL_S", "LAYOUTS", "AnswerFormat", "BuiltinFormat", "answer_format", "guess_format",
+           "round_trip_error"]
+
 INTERVAL_S = 0.5
-LAYOUTS = ("text", "fixed", "tokens")
-
-
-@runtime_checkable
-class AnswerFormat(Protocol):
-    name: str
-    waypoints: int
-    interval_s: float
-    precision_m: float
-    layout: str
-
-    def format(self, xy) -> str: ...
-
-    def parse(self, text: str) -> tr.ParsedTrajectory: ...
-
-    def cells(self) -> list[tuple[str, ...]] | None: ...
 
 
 @dataclass(frozen=True)
@@ -101,6 +92,22 @@ def answer_format(fmt: str | AnswerFormat) -> AnswerFormat:
     if fmt.layout not in LAYOUTS:
         raise ValueError(f"answer format {fmt.name!r}: layout {fmt.layout!r} is not one of {LAYOUTS}")
     return fmt
+
+
+def guess_format(answer: str | None) -> str | None:
+    """The name of the format an answer text is written in (None for no text): bins and delta by their tokens,
+    fixed2 and fixed1 by the first number's width, text2 otherwise."""
+    if not answer:
+        return None
+    if "<|bin_" in answer:
+        return "bins"
+    if "<|dx_" in answer:
+        return "delta"
+    if re.match(r"^[+-]\d{3}\.\d{2},", answer):
+        return "fixed2"
+    if re.match(r"^[+-]\d{3}\.\d,", answer):
+        return "fixed1"
+    return "text2"
 
 
 def round_trip_error(fmt: str | AnswerFormat, xy) -> float:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from wamdiff.decoding.bench.quality import guess_format
+from wamdiff.driving.answer_format import guess_format
 from wamdiff.eval.pdms import PDMSConfig, PDMSEvaluator, aggregate
 from wamdiff.eval.planners import plan_from_text
 

@@ -178,12 +178,13 @@ class ModelPlanner:
         from dataclasses import replace
 
         from wamdiff.decoding.grammar import Grammar
+        from wamdiff.driving.answer_format import answer_format
         from wamdiff.driving.trajectory import FIXED_WIDTH_FORMATS
 
         config = self.spec.decode
         if config.grammar is None and self.spec.fmt in FIXED_WIDTH_FORMATS:
             if getattr(self, "_grammar", None) is None:
-                self._grammar = Grammar.for_format(tokenizer, self.spec.fmt)
+                self._grammar = Grammar.for_format(tokenizer, answer_format(self.spec.fmt))
             config = replace(config, grammar=self._grammar)
         return config
 

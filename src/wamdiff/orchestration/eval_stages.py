@@ -175,6 +175,7 @@ def stage_bench(p) -> dict:
     judged on the prompts' test scenes too (PDMS and comfort, `eval.bench_judge`, its reference plans shared with the
     open-loop evaluation's cache)."""
     from wamdiff.decoding.bench import paired_bench
+    from wamdiff.driving.bench_inputs import bench_inputs
     from wamdiff.eval.bench_judge import judge_for_data
 
     b = dict(p.cfg["bench"])
@@ -184,8 +185,12 @@ def stage_bench(p) -> dict:
     if data.exists():
         judge = judge_for_data(data, int(b.get("prompts", 8)), b["format"], required=True,
                                reference_cache=eval_dir(p) / "reference_cache")
+
+    def inputs(tokenizer, **kw):  # the test split's prompts (else synthetic ones), in the configured answer format
+        return bench_inputs(tokenizer, data=data if data.exists() else None, fmt=b["format"], **kw)
+
     return paired_bench(ar_checkpoint=p.checkpoint(b["ar"]), diffusion_checkpoint=p.checkpoint(b["diffusion"]),
-                        data=data, out=p.out / "bench", settings=b, judge=judge)
+                        inputs=inputs, out=p.out / "bench", settings=b, judge=judge)
 
 
 def run_evaluation(p, run_stage) -> dict:

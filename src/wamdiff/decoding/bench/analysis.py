@@ -91,7 +91,7 @@ def levers_section(model, tokenizer, prompts, grid: BenchGrid, *, fmt=None, ar_m
     b = max(grid.block_sizes)
     tau = min(grid.thresholds, key=lambda t: abs(t - 0.9))
     configs = {"ar": grid.config(ar_tokenizer or tokenizer, fmt, mode="ar"),
-               "block": grid.block_config((b, tau, min(grid.max_steps_per_block), "exact"), tokenizer, fmt)}
+               "block": grid.block_config((b, tau, min(grid.max_steps), "exact"), tokenizer, fmt)}
     batches = [n for n in grid.batch_sizes if n <= 8] or [1]
     if progress:
         progress(f"cheaper steps: paired decodes (AR and B{b} tau {tau}) at batch {batches}, {repeats} repeats")
@@ -111,7 +111,7 @@ def answer_length_section(model, tokenizer, prompts, grid: BenchGrid, *, fmt=Non
     ar_tok = ar_tokenizer or tokenizer
     b = max(grid.block_sizes)
     tau = min(grid.thresholds, key=lambda t: abs(t - 0.9))
-    point = (b, tau, min(grid.max_steps_per_block), "exact")
+    point = (b, tau, min(grid.max_steps), "exact")
     prompts = prompts[:n_prompts]
     out = []
     for n_tok in lengths:

@@ -22,17 +22,17 @@ from pathlib import Path
 
 import torch
 
+from wamdiff.decoding.answer import FIXED_WIDTH_LAYOUTS, AnswerFormat, fixed_width, format_name, ordinal
 from wamdiff.decoding.bench.headline import best_vs_best, mark_reference_quality
 from wamdiff.decoding.bench.journal import Journal, fingerprint
 from wamdiff.decoding.bench.judge import Judge, judged_quality
-from wamdiff.decoding.bench.prompts import chunks, cycled
-from wamdiff.decoding.bench.quality import quality
+from wamdiff.decoding.bench.prompts import Parser, chunks, cycled
+from wamdiff.decoding.bench.quality import parser_for, quality
 from wamdiff.decoding.bench.timing import step_cost, summarize, timed_generate, torch_threads
 from wamdiff.decoding.speed import times_ar
 from wamdiff.decoding.config import ATTENTIONS, DTYPE_NAMES, DecodeConfig
 from wamdiff.decoding.dial import quality_bound_text
 from wamdiff.decoding.grammar import Grammar
-from wamdiff.driving.trajectory import FIXED_WIDTH_FORMATS, ORDINAL_FORMATS
 from wamdiff.models.precision import cast_model
 from wamdiff.decoding.lean import LEAN_MODES
 from wamdiff.names import CACHES, GRID_DTYPES
@@ -53,18 +53,18 @@ FIT = "fit"
 
 @dataclass
 class BenchGrid:
-    """The configurations timed. `max_steps_per_block`: step caps per block (a cap decides the masks left at
-    the last step in parallel); `caches`: "exact" (every denoising step recomputes the block) and/or "delayed"
-    (`DecodeConfig.delayed_cache`); `compile`: torch.compile off and/or on; `threads`: torch thread counts (0 = the
-    process's count). Each setting applies to AR and diffusion alike; the headline compares the best of each, so a
-    setting that only helps one side counts."""
+    """The configurations timed. `max_steps`: step caps per block (`DecodeConfig.max_steps`, one grid point each;
+    a cap decides the masks left at the last step in parallel); `caches`: "exact" (every denoising step recomputes
+    the block) and/or "delayed" (`DecodeConfig.delayed_cache`); `compile`: torch.compile off and/or on; `threads`:
+    torch thread counts (0 = the process's count). Each setting applies to AR and diffusion alike; the headline
+    compares the best of each, so a setting that only helps one side counts."""
 
     batch_sizes: list[int] = field(default_factory=lambda: [1, 8])
     block_sizes: list[int] = field(default_factory=lambda: [4, 8, 16, 32])
     thresholds: list[float] = field(default_factory=lambda: [0.7, 0.8, 0.9, 0.95])
     dtypes: list[str] = field(default_factory=lambda: ["fp32", "bf16"])
     max_new_tokens: int = 160
-    max_steps_per_block: list[int] = field(default_factory=lambda: [32])
+    max_steps: list[int] = field(default_factory=lambda: [32])
     repeats: int = 1
     compile: list[bool] = field(default_factory=lambda: [False])
     step_cost: bool = True
@@ -84,8 +84,8 @@ class BenchGrid:
             raise ValueError(f"BenchGrid.block_sizes: {bad} are not block sizes (positive integers or {FIT!r})")
         if isinstance(self.compile, bool):
             self.compile = [self.compile]
-        if isinstance(self.max_steps_per_block, int):
-            self.max_steps_per_block = [self.max_steps_per_block]
+        if isinstance(self.max_steps, int):
+            self.max_steps = [self.max_steps]
         if isinstance(self.threads, int):
             self.threads = [self.threads]
         if not self.threads or any(not isinstance(t, int) or t < 0 for t in self.threads):
@@ -107,13 +107,13 @@ class BenchGrid:
         if torch.device(self.device).type == "cuda" and not torch.cuda.is_available():
             raise ValueError(f"BenchGrid.device {self.device!r}: no CUDA device is visible on this machine")
 
-    def resolved(self, tokenizer, fmt: str | None) -> "BenchGrid":
+    def resolved(self, tokenizer, fmt: AnswerFormat | None) -> "BenchGrid":
         """This grid with `FIT` replaced by the answer length of `fmt` under `tokenizer` (`Grammar.answer_tokens`)."""
         if FIT not in self.block_sizes:
             return self
-        if fmt not in FIXED_WIDTH_FORMATS:
-            raise ValueError(f"block size {FIT!r} needs a fixed-width answer format ({', '.join(FIXED_WIDTH_FORMATS)}), "
-                             f"got {fmt!r}")
+        if not fixed_width(fmt):
+            raise ValueError(f"block size {FIT!r} needs a fixed-width answer format (layout "
+                             f"{' or '.join(FIXED_WIDTH_LAYOUTS)}: fixed1, fixed2, bins, delta), got {format_name(fmt)!r}")
         fit = Grammar.for_format(tokenizer, fmt).answer_tokens
         sizes = [fit if b == FIT else b for b in self.block_sizes]
         return replace(self, block_sizes=list(dict.fromkeys(sizes)))
@@ -122,25 +122,31 @@ class BenchGrid:
         """(B, tau, step cap, cache) of every distinct diffusion configuration, in run order. A cap of one step
         decides every position at the first forward, so tau never enters: one point (the first tau) stands for
         all, rather than timing the same decode twice and letting the headline pick the luckier timing."""
-        points = itertools.product(self.block_sizes, self.thresholds, self.max_steps_per_block, self.caches)
+        points = itertools.product(self.block_sizes, self.thresholds, self.max_steps, self.caches)
         return [pt for pt in points if pt[2] != 1 or pt[1] == self.thresholds[0]]
 
-    def config(self, tokenizer=None, fmt: str | None = None, **kw) -> DecodeConfig:
+    def config(self, tokenizer=None, fmt: AnswerFormat | None = None, **kw) -> DecodeConfig:
         """A `DecodeConfig` with the grid's shared settings (and the answer format's grammar, as planners decode)."""
-        grammar = Grammar.for_format(tokenizer, fmt) if tokenizer is not None and fmt in FIXED_WIDTH_FORMATS else None
+        grammar = Grammar.for_format(tokenizer, fmt) if tokenizer is not None and fixed_width(fmt) else None
         return DecodeConfig(max_new_tokens=self.max_new_tokens, attention=self.attention, lean=self.lean,
                             prefill_cache=self.prefill_cache, grammar=grammar, **kw)
 
-    def block_config(self, point: tuple, tokenizer=None, fmt=None, compile: bool = False) -> DecodeConfig:
+    def block_config(self, point: tuple, tokenizer=None, fmt: AnswerFormat | None = None,
+                     compile: bool = False) -> DecodeConfig:
         b, tau, steps, cache = point
-        ordinal = self.ordinal_window if fmt in ORDINAL_FORMATS else 0
+        window = self.ordinal_window if ordinal(fmt) else 0
         return self.config(tokenizer, fmt, mode="block", block_size=b, threshold=tau, max_steps=steps,
-                           delayed_cache=cache == "delayed", compile=compile, ordinal_window=ordinal)
+                           delayed_cache=cache == "delayed", compile=compile, ordinal_window=window)
 
 
-def run_bench(model, tokenizer, prompts, grid: BenchGrid, *, expert=None, fmt=None, progress=None,
-              ar_model=None, ar_tokenizer=None, journal: Path | None = None, judge: Judge | None = None) -> dict:
+def run_bench(model, tokenizer, prompts, grid: BenchGrid, *, expert=None, fmt: AnswerFormat | None = None,
+              parse: Parser | None = None, progress=None, ar_model=None, ar_tokenizer=None, journal: Path | None = None,
+              judge: Judge | None = None) -> dict:
     """The whole grid. Returns a JSON-able dict with `rows` (one per configuration) and `step_cost`.
+
+    `fmt`: the answer format (`decoding.answer.AnswerFormat`: its grammar and ordinal read-out; None: neither);
+    `parse`: the trajectory parser of the L2 figures (`quality.parser_for`; default: `fmt.parse`). The caller builds
+    both (`wamdiff.driving.bench_inputs`).
 
     `ar_model`: the AR baseline's own checkpoint (same class and tokenizer); default: `model` decoded AR.
     `judge`: scores answer texts on the prompts' scenes (`bench.judge`); its PDMS and comfort join every row's
@@ -149,7 +155,9 @@ def run_bench(model, tokenizer, prompts, grid: BenchGrid, *, expert=None, fmt=No
     prompts reuses the rows found there (an interrupted benchmark resumes where it stopped).
     The caller's models are never modified (each dtype runs on a cast copy)."""
     rows, costs = [], []
-    log = Journal(journal, fingerprint(grid, prompts, model, ar_model, fmt, judged=judge is not None)) if journal else None
+    parse = parser_for(fmt, parse)
+    log = (Journal(journal, fingerprint(grid, prompts, model, ar_model, format_name(fmt), judged=judge is not None))
+           if journal else None)
     if log and log.rows and progress:
         progress(f"resuming: {len(log.rows)} rows and {len(log.costs)} step costs from {journal}")
     base = copy.deepcopy(model).float()
@@ -208,8 +216,8 @@ def run_bench(model, tokenizer, prompts, grid: BenchGrid, *, expert=None, fmt=No
                     g, wall = timed_chunks(m, tokenizer, cfg, n)
                     d = summarize(g, wall, n)
                     exp = expert_pool[:used] if expert_pool else None
-                    q = judged_quality(quality(g, ar_g, exp, fmt), judge, [x.text for x in g], len(prompts))
-                    ar_q = judged_quality(quality(ar_g, ar_g, exp, fmt), judge, [x.text for x in ar_g], len(prompts))
+                    q = judged_quality(quality(g, ar_g, exp, parse), judge, [x.text for x in g], len(prompts))
+                    ar_q = judged_quality(quality(ar_g, ar_g, exp, parse), judge, [x.text for x in ar_g], len(prompts))
                     row = {"dtype": dname, "compile": comp, "threads": threads, "batch": n, "block_size": b,
                            "threshold": tau, "max_steps": steps, "cache": cache, "ar": ar, "diffusion": d,
                            "times_ar": times_ar(d, ar), "speedup": d["tok_s"] / ar["tok_s"], "prompts": used,

@@ -51,10 +51,14 @@ class Journal:
             fh.write(json.dumps({"kind": kind, "data": data}) + "\n")
 
 
-def fingerprint(grid, prompts, model, ar_model, fmt=None, judged: bool = False) -> str:
-    """Identity of a benchmark: the grid, the prompts' tokens, the answer format, both models' weights and whether
+def fingerprint(grid, prompts, model, ar_model, fmt: str | None = None, judged: bool = False) -> str:
+    """Identity of a benchmark: the grid, the prompts' tokens, the answer format's name, both models' weights and whether
     the answers are judged on their scenes (rows without PDMS and comfort must not resume a judged run)."""
-    ident = {"grid": asdict(grid), "prompts": [p.input_ids.reshape(-1).tolist() for p in prompts], "format": fmt,
+    grid = asdict(grid)
+    # hashed under the step cap's name before `BenchGrid.max_steps` was renamed (`max_steps_per_block`; old names are
+    # read only here and in `paired.grid_from_settings`): a journal an older version left resumes
+    grid = {("max_steps_per_block" if k == "max_steps" else k): v for k, v in grid.items()}
+    ident = {"grid": grid, "prompts": [p.input_ids.reshape(-1).tolist() for p in prompts], "format": fmt,
              "model": model_fingerprint(model), "ar_model": None if ar_model is None else model_fingerprint(ar_model)}
     if judged:  # only then: an unjudged run keeps the fingerprint it had before judging existed
         ident["judged"] = True

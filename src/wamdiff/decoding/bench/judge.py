@@ -7,11 +7,8 @@ an argument (`grid.run_bench`, `tune.measure_curve`, `paired.paired_bench`) and 
 quality dict (`judged_quality`), which makes `dial.meets_quality` check PDMS and comfort besides L2.
 
 Who builds it: the eval layer (`wamdiff.eval.bench_judge`). The pipeline's bench stage (`eval_stages.stage_bench`, a
-layer above eval) builds one from its test scenes and passes it. The `wamdiff bench` command sits in this layer,
-so the root CLI (`wamdiff.cli`, which may import every layer) registers the eval layer's factory with the command
-at start-up (`decoding.cli.register_judge_factory`; kept in that light module so `wamdiff --help` does not load
-torch) and the command asks it for a judge: one registration, no import upwards. Without the root CLI (the
-decoding app run alone) nothing is registered and the bench checks L2 and parses only.
+layer above eval) builds one from its test scenes and passes it; so does the `wamdiff bench` command, which sits in
+the eval layer (`wamdiff.eval.bench_cli`). Called without one, the bench checks L2 and parses only.
 """
 
 from __future__ import annotations

@@ -1,48 +1,32 @@
-"""Prompts for the benchmark: from a WAM-Diff2 JSON (the one reader, `driving.wamdiff2_json`) or synthesised
-with the one prompt template (`driving.prompts`) and random camera images; and how a prompt set is cut into the
-full batches every timed setting decodes (`cycled`, `chunks`)."""
+"""What a benchmark decodes, as its caller hands it over (`BenchInputs`: the prompts, the expert answers, the answer
+format and the trajectory parser; the `wamdiff bench` command and the pipeline build them from the driving layer,
+`wamdiff.driving.bench_inputs`), and how a prompt set is cut into the full batches every timed setting decodes
+(`cycled`, `chunks`)."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from dataclasses import dataclass
+from typing import Callable
 
-from wamdiff.driving.prompts import PROMPT_TEMPLATE
-from wamdiff.driving.wamdiff2_json import read_samples
-from wamdiff.models.processor import encode_prompt
+from wamdiff.decoding.answer import AnswerFormat, ParsedAnswer
 
-COMMANDS = ("left", "straight", "right", "unknown")
-
-
-def load_wamdiff2_json(path: Path, tokenizer, *, vision: bool, limit: int | None = None, image_processor=None):
-    """(prompts, expert answer texts) of the first `limit` samples of a WAM-Diff2 JSON / JSONL file."""
-    from PIL import Image
-
-    samples = read_samples(path)
-    prompts = []
-    for s in samples[:limit] if limit else samples:
-        images = []
-        for p in s.image_paths if vision else []:
-            try:
-                images.append(Image.open(p).convert("RGB"))
-            except OSError as err:
-                raise ValueError(f"{path}: sample {s.id}: field 'image': cannot open {p} ({err})") from err
-        prompts.append(encode_prompt(tokenizer, s.human, images, vision=vision, image_processor=image_processor))
-    return prompts, [s.answer for s in samples[:len(prompts)]]
+Parser = Callable[[str], "ParsedAnswer | None"]  # answer text -> parsed waypoints (None: not parsed at all)
 
 
-def synthetic_prompts(tokenizer, n: int, *, vision: bool, seed: int = 0, image_processor=None):
-    """Driving prompts (the dataset's template, random ego state) with random 64x64 images (vision), encoded
-    with the model's image processor (`models.image_processor_for`)."""
-    import numpy as np
+@dataclass
+class BenchInputs:
+    """`prompts` (encoded, `models.processor.encode_prompt`), `expert` answer texts (one per prompt, or None),
+    `fmt` (the answer format, `decoding.answer.AnswerFormat`: its grammar and ordinal read-out; None: neither) and
+    `parse` (how the bench reads waypoints from an answer text for its L2 figures; None: `fmt.parse`)."""
 
-    rng = np.random.default_rng(seed)
-    out = []
-    for i in range(n):
-        (vx, vy), (ax, ay) = rng.normal(8, 3, 2), rng.normal(0, 1, 2)
-        text = PROMPT_TEMPLATE.format(command=COMMANDS[i % len(COMMANDS)], vx=vx, vy=vy, ax=ax, ay=ay)
-        images = [rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)] if vision else []
-        out.append(encode_prompt(tokenizer, text, images, vision=vision, image_processor=image_processor))
-    return out
+    prompts: list
+    expert: list[str] | None = None
+    fmt: AnswerFormat | None = None
+    parse: Parser | None = None
+
+    def __getitem__(self, s: slice) -> "BenchInputs":
+        """The first prompts (and their expert answers) only: `inputs[:n]`."""
+        return BenchInputs(self.prompts[s], None if self.expert is None else self.expert[s], self.fmt, self.parse)
 
 
 def cycled(items: list, n: int) -> list:

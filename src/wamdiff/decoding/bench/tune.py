@@ -18,10 +18,12 @@ import statistics
 from dataclasses import asdict
 from pathlib import Path
 
+from wamdiff.decoding.answer import AnswerFormat, format_name
 from wamdiff.decoding.bench.grid import BenchGrid, cast_copy
 from wamdiff.decoding.bench.headline import at_ar_quality, best_vs_best, setting_label
 from wamdiff.decoding.bench.judge import Judge, judged_quality
-from wamdiff.decoding.bench.quality import quality
+from wamdiff.decoding.bench.prompts import Parser
+from wamdiff.decoding.bench.quality import parser_for, quality
 from wamdiff.decoding.bench.timing import torch_threads
 from wamdiff.decoding.cost_model import Forward, StepCosts, step_costs_for
 from wamdiff.decoding.dial import (
@@ -32,10 +34,13 @@ from wamdiff.decoding.engine import generate, model_block_settings
 from wamdiff.models.tokens import PAD, token_id
 
 
-def measure_curve(model, tokenizer, prompts, expert, grid: BenchGrid, *, fmt=None, ar_model=None, ar_tokenizer=None,
-                  progress=None, judge: Judge | None = None) -> DialCurve:
+def measure_curve(model, tokenizer, prompts, expert, grid: BenchGrid, *, fmt: AnswerFormat | None = None,
+                  parse: Parser | None = None, ar_model=None, ar_tokenizer=None, progress=None,
+                  judge: Judge | None = None) -> DialCurve:
     """Every grid point decoded at batch 1 on `prompts` (untimed): per-sample masked-count traces, tokens, quality
-    (with `judge`, `bench.judge`: PDMS and comfort on the prompts' scenes too, AR's and every point's)."""
+    (with `judge`, `bench.judge`: PDMS and comfort on the prompts' scenes too, AR's and every point's). `fmt`,
+    `parse`: as `grid.run_bench`'s."""
+    parse = parser_for(fmt, parse)
     mask_id = model_block_settings(model, tokenizer)[1]
     ar_m, ar_tok = ar_model or model, ar_tokenizer or tokenizer
     ar_cfg = grid.config(ar_tok, fmt, mode="ar")
@@ -54,27 +59,28 @@ def measure_curve(model, tokenizer, prompts, expert, grid: BenchGrid, *, fmt=Non
 
             gens.append(generate(model, tokenizer, [p], cfg, trace=record)[0])
             masked.append(blocks)
-        q = judged_quality(quality(gens, ar_gens, expert, fmt), judge, [g.text for g in gens], len(prompts))
+        q = judged_quality(quality(gens, ar_gens, expert, parse), judge, [g.text for g in gens], len(prompts))
         points.append(CurvePoint(*point, masked=masked, tokens=[len(g.token_ids) for g in gens], quality=q))
         if progress:
             q = points[-1].quality
             progress(f"curve B{point[0]} tau {point[1]} <= {point[2]} steps {point[3]}: TPF {points[-1].tpf:.2f}, "
                      f"L2 {q['l2_vs_expert'] if q['l2_vs_expert'] is None else round(q['l2_vs_expert'], 3)}"
                      + (f", PDMS {q['pdms']:.1f}, C {q['comfort']:.3f}" if judged(q) else ""))
-    return DialCurve(model_fingerprint(model), fmt, round(statistics.fmean(p.input_ids.numel() for p in prompts)),
+    return DialCurve(model_fingerprint(model), format_name(fmt), round(statistics.fmean(p.input_ids.numel() for p in prompts)),
                      [len(g.token_ids) for g in ar_gens],
-                     judged_quality(quality(ar_gens, ar_gens, expert, fmt), judge, [g.text for g in ar_gens], len(prompts)),
+                     judged_quality(quality(ar_gens, ar_gens, expert, parse), judge, [g.text for g in ar_gens], len(prompts)),
                      points,
                      notes={"prompts": len(prompts), "max_new_tokens": grid.max_new_tokens},
                      ordinal_window=grid.block_config(grid.diffusion_points()[0], tokenizer, fmt).ordinal_window)
 
 
-def tune(model, tokenizer, prompts, expert, grid: BenchGrid, *, fmt=None, ar_model=None, ar_tokenizer=None, out=None,
-         progress=None, judge: Judge | None = None) -> dict:
+def tune(model, tokenizer, prompts, expert, grid: BenchGrid, *, fmt: AnswerFormat | None = None,
+         parse: Parser | None = None, ar_model=None, ar_tokenizer=None, out=None, progress=None,
+         judge: Judge | None = None) -> dict:
     """Curve, cost models and picks (see the module docstring). Returns a JSON-able dict."""
     base = copy.deepcopy(model).float().eval()
-    curve = measure_curve(base, tokenizer, prompts, expert, grid, fmt=fmt, ar_model=ar_model, ar_tokenizer=ar_tokenizer,
-                          progress=progress, judge=judge)
+    curve = measure_curve(base, tokenizer, prompts, expert, grid, fmt=fmt, parse=parse, ar_model=ar_model,
+                          ar_tokenizer=ar_tokenizer, progress=progress, judge=judge)
     curve.save(curve_path(curve.fingerprint))
     if out is not None:
         curve.save(Path(out) / CURVE_FILE)

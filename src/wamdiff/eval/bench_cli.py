@@ -1,4 +1,11 @@
-"""`wamdiff bench`: AR vs block-diffusion decoding speed, side by side, on a checkpoint or an untrained preset."""
+"""`wamdiff bench`: AR vs block-diffusion decoding speed, side by side, on a checkpoint or an untrained preset; and
+`wamdiff model grammar` (a format's grammar under a checkpoint's tokenizer).
+
+The commands of the decode engine that need the layers above it: the bench itself (`wamdiff.decoding.bench`) takes
+its prompts, answer format and trajectory parser from here, built from the driving layer
+(`wamdiff.driving.bench_inputs`), and its scene judge from this layer (`eval.bench_judge`); the grammar check turns
+the format name into an answer format object (`driving.answer_format`). Heavy imports stay inside the commands so
+`wamdiff --help` does not load torch."""
 
 from __future__ import annotations
 
@@ -10,16 +17,6 @@ from wamdiff.cli_choices import CACHES, GRID_DTYPES, AnswerFormat, Attention, Fi
 from wamdiff.outdir import claim_for_command
 
 app = typer.Typer(help="Side-by-side AR vs block-diffusion decoding speed benchmark.", add_completion=False)
-
-# Builds the scene judge of `--judge` (`decoding.bench.judge`): judges come from the eval layer, which this layer may
-# not import, so the root CLI registers the factory (`wamdiff.cli`); unregistered, the bench checks L2 only.
-# Called as factory(data, n, fmt, required=...) -> judge, or None when the samples' scenes are not there.
-_judge_factory = None
-
-
-def register_judge_factory(factory) -> None:
-    global _judge_factory
-    _judge_factory = factory
 
 
 def _floats(s: str) -> list[float]:
@@ -112,13 +109,13 @@ def bench(
     import torch
     from rich.console import Console
 
-    from wamdiff.decoding.bench import (
-        JOURNAL, BenchGrid, guess_format, load_wamdiff2_json, print_table, run_bench, synthetic_prompts, write_outputs,
-    )
+    from wamdiff.decoding.answer import format_name
+    from wamdiff.decoding.bench import JOURNAL, BenchGrid, print_table, run_bench, write_outputs
     from wamdiff.decoding.bench.analysis import answer_length_section, levers_section, roofline_section
     from wamdiff.decoding.bench.confirm import confirm_headline
     from wamdiff.decoding.bench.tune import answer_length_effect, attach_measurements
     from wamdiff.decoding.bench.tune import tune as bench_tune
+    from wamdiff.driving.bench_inputs import bench_inputs
     from wamdiff.models import build_model, build_tokenizer, image_processor_for, is_vision_model, load_model, to_diffusion
 
     console = Console(width=max(160, Console().width))
@@ -140,14 +137,14 @@ def bench(
         tok = build_tokenizer()
         model = to_diffusion(build_model(preset, tok, vision=vision, seed=0), block_size, tokenizer=tok)
     is_vl = is_vision_model(model)
-    expert = None
+    # the prompts (--data's samples, else synthetic), the answer format (--format, else guessed from the first expert
+    # answer) and the trajectory parser of the L2 figures, from the driving layer
+    inputs = bench_inputs(tok, data=data, n=max(n_prompts, tune_prompts if tune and data is not None else 0),
+                          vision=is_vl, image_processor=image_processor_for(model), fmt=fmt)
     if data is not None:
-        prompts, expert = load_wamdiff2_json(data, tok, vision=is_vl, limit=max(n_prompts, tune_prompts if tune else 0),
-                                           image_processor=image_processor_for(model))
-        tune_set = (prompts[:tune_prompts or n_prompts], expert[:tune_prompts or n_prompts])
-        prompts, expert = prompts[:n_prompts], expert[:n_prompts]
-    else:
-        prompts = synthetic_prompts(tok, n_prompts, vision=is_vl, image_processor=image_processor_for(model))
+        tune_set = inputs[:tune_prompts or n_prompts]
+        inputs = inputs[:n_prompts]
+    prompts, expert, answer, parse = inputs.prompts, inputs.expert, inputs.fmt, inputs.parse
     compile_modes = _on_off(compile)
     try:
         grid = BenchGrid(_ints(batch), _block_sizes(blocks), _floats(taus), dtype_list,
@@ -177,33 +174,32 @@ def bench(
         raise typer.BadParameter("--tune needs --data with expert answers (the quality bound: mean L2 to the expert "
                                  "within 10 % of AR's)", param_hint="--tune")
     ar_model, ar_tok = load_model(ar_checkpoint) if ar_checkpoint is not None else (None, None)
-    fmt = fmt or guess_format(expert[0] if expert else None)
     try:
-        grid = grid.resolved(tok, fmt)
+        grid = grid.resolved(tok, answer)
     except ValueError as err:
         raise typer.BadParameter(str(err), param_hint="--blocks") from err
     # both prompt sets (timed, tuned) are prefixes of --data: one judge covers the longer
-    scene_judge = _scene_judge(data, judge, max(len(prompts), len(tune_set[0]) if tune else 0), fmt)
+    scene_judge = _scene_judge(data, judge, max(len(prompts), len(tune_set.prompts) if tune else 0), format_name(answer))
     if data is not None:
         console.print("quality: " + ("L2, parses, PDMS and comfort on the prompts' scenes" if scene_judge is not None
                                      else "L2 and parses (no scenes judged)"))
     journal = out / JOURNAL
     if not resume:
         journal.unlink(missing_ok=True)
-    tuned = (bench_tune(model, tok, *tune_set, grid, fmt=fmt, ar_model=ar_model, ar_tokenizer=ar_tok, out=out,
-                        progress=progress, judge=scene_judge) if tune else None)
-    result = run_bench(model, tok, prompts, grid, expert=expert, fmt=fmt, progress=progress, ar_model=ar_model, journal=journal,
-                       ar_tokenizer=ar_tok, judge=scene_judge)
+    tuned = (bench_tune(model, tok, tune_set.prompts, tune_set.expert, grid, fmt=answer, parse=parse, ar_model=ar_model,
+                        ar_tokenizer=ar_tok, out=out, progress=progress, judge=scene_judge) if tune else None)
+    result = run_bench(model, tok, prompts, grid, expert=expert, fmt=answer, parse=parse, progress=progress,
+                       ar_model=ar_model, journal=journal, ar_tokenizer=ar_tok, judge=scene_judge)
     result["source"] = str(checkpoint) if checkpoint else f"preset:{preset}"
     if tuned:
         result["tune"] = tuned
         attach_measurements(result)
         tuned["answer_length"] = answer_length_effect(tuned)
     if confirm_repeats:
-        result["confirmed"] = confirm_headline(result, model, tok, prompts, grid, fmt=fmt, ar_model=ar_model,
+        result["confirmed"] = confirm_headline(result, model, tok, prompts, grid, fmt=answer, ar_model=ar_model,
                                                ar_tokenizer=ar_tok, repeats=confirm_repeats, progress=progress)
     if roofline:
-        roof = roofline_section(model, tok, prompts, grid, fmt=fmt, tune_res=tuned, rows=result["rows"],
+        roof = roofline_section(model, tok, prompts, grid, fmt=answer, tune_res=tuned, rows=result["rows"],
                                 progress=progress, measure=step_cost)
         if roof is not None:
             result["roofline"] = roof
@@ -211,10 +207,10 @@ def bench(
             progress("roofline skipped: no step-cost model of this machine is cached and --no-step-cost (or --quick) "
                      "says not to measure one")
     if levers:
-        result["levers"] = levers_section(model, tok, prompts, grid, fmt=fmt, ar_model=ar_model, ar_tokenizer=ar_tok,
+        result["levers"] = levers_section(model, tok, prompts, grid, fmt=answer, ar_model=ar_model, ar_tokenizer=ar_tok,
                                           progress=progress)
         progress("answer length: AR vs diffusion on the first 17 tokens and on whole answers, batch 1, paired")
-        result["answer_length"] = answer_length_section(model, tok, prompts, grid, fmt=fmt, ar_model=ar_model,
+        result["answer_length"] = answer_length_section(model, tok, prompts, grid, fmt=answer, ar_model=ar_model,
                                                         ar_tokenizer=ar_tok)
     write_outputs(result, out)
     journal.unlink(missing_ok=True)  # complete: the next run measures afresh
@@ -223,18 +219,16 @@ def bench(
 
 
 def _scene_judge(data: Path | None, judge: bool | None, n: int, fmt: str | None):
-    """The judge of `--judge` over the first `n` samples of --data, from the registered factory; None with --no-judge,
-    without --data, or (by default) when the samples' scenes are not there. `--judge` without them: one-line error."""
+    """The judge of `--judge` over the first `n` samples of --data (`eval.bench_judge`); None with --no-judge, without
+    --data, or (by default) when the samples' scenes are not there. `--judge` without them: one-line error."""
     if judge is False or (data is None and judge is None):
         return None
     if data is None:
         raise typer.BadParameter("--judge needs --data: a WAM-Diff2 file whose samples have scenes", param_hint="--judge")
-    if _judge_factory is None:
-        if judge:
-            raise typer.BadParameter("no scene judge is registered (run it as `wamdiff bench`)", param_hint="--judge")
-        return None
+    from wamdiff.eval.bench_judge import judge_for_data
+
     try:
-        return _judge_factory(data, n, fmt, required=bool(judge))
+        return judge_for_data(data, n, fmt, required=bool(judge))
     except ValueError as err:
         raise typer.BadParameter(str(err), param_hint="--data") from None
 
@@ -245,11 +239,12 @@ def grammar(
 ) -> None:
     """Whether a fixed-width format has stable token positions under a checkpoint's tokenizer (its grammar).
 
-    `wamdiff model grammar`: wired by the root CLI, since it needs the decoding layer."""
+    `wamdiff model grammar`: wired by the root CLI, since it needs the decoding and driving layers."""
     from rich.console import Console
     from transformers import AutoTokenizer
 
     from wamdiff.decoding.grammar import Grammar
+    from wamdiff.driving.answer_format import answer_format
     from wamdiff.errors import UserError
     from wamdiff.models.recorded import is_model_dir
     from wamdiff.models.tokenizer import add_special_tokens
@@ -258,7 +253,7 @@ def grammar(
         raise UserError(f"{path}: not a model directory (no config.json)")
     tokenizer = AutoTokenizer.from_pretrained(path)
     add_special_tokens(tokenizer)  # as load_model does: the bin tokens and the mask
-    g = Grammar.for_format(tokenizer, fmt)  # ValueError names the format, the tokenizer and the characters
+    g = Grammar.for_format(tokenizer, answer_format(fmt))  # ValueError names the format, the tokenizer and the characters
     widths = [len(c) for c in g.classes[:-1]]
     Console().print(f"{fmt}: {len(widths)} answer tokens + end of turn; allowed tokens per position: "
                   + " ".join(map(str, widths[:24])) + (" ..." if len(widths) > 24 else ""))
