@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import yaml
 
 from wamdiff.orchestration.pipeline import Pipeline
@@ -142,3 +143,22 @@ def test_overlap_and_bench_run_again_when_a_model_they_read_is_retrained(tmp_pat
     assert model_stage_settings(p, "bench") == before["bench"]
     os.utime(p.checkpoint("b") / "model.safetensors", ns=(2, 2))  # the bench's student
     assert model_stage_settings(p, "bench") != before["bench"]
+
+
+def test_an_aggregate_stage_takes_a_list_of_families_and_refuses_an_unknown_one(tmp_path, monkeypatch):
+    import wamdiff.eval.aggregation as aggregation
+    import wamdiff.orchestration.pipeline as pipeline
+
+    p = _chain(tmp_path)
+    spec = {s["name"]: s for s in p.cfg["train"]}["r7"]
+    seen = []
+    monkeypatch.setattr(aggregation, "aggregate_round", lambda planner, out, settings, *a, **k: seen.append(settings) or
+                        {"labelled": 0, "families": {}})
+    monkeypatch.setattr(Pipeline, "planner", lambda self, text: type("P", (), {"fmt": "delta"})())
+    two = {**spec, "aggregate": {**spec["aggregate"], "families": ["intersection", "roundabout"], "routes_per_family": 3}}
+    pipeline.stage_aggregate(p, two)
+    assert seen[0].families == ("intersection", "roundabout")
+    assert [r.family for r in seen[0].routes()] == ["intersection"] * 3 + ["roundabout"] * 3
+    bad = {**spec, "aggregate": {**spec["aggregate"], "families": ["intersections"]}}
+    with pytest.raises(ValueError, match=r"aggregate families \['intersections'\] unknown"):
+        pipeline.stage_aggregate(p, bad)

@@ -342,15 +342,20 @@ def stage_aggregate(p: Pipeline, spec: dict) -> dict:
     """One on-policy aggregation round (`eval.aggregation`): the stage `aggregate.planner` drives training routes,
     the expert labels what it visited; later stages with `agg` in their spec train on it."""
     from wamdiff.eval.aggregation import AggregationRound, aggregate_round
+    from wamdiff.driving.world import FAMILIES
     from wamdiff.eval.run import progress_bar
 
     a = dict(spec["aggregate"])
     planner = p.planner("stage:" + a.pop("planner"))
     types = {k: t for k, t in typing.get_type_hints(AggregationRound).items() if t in (int, float)}  # YAML scalars
+    types["families"] = tuple  # a list: only these road families (default: all four)
     if set(a) - set(types):
         raise ValueError(f"{p.config_path}: stage {spec['name']!r}: unknown aggregate keys {sorted(set(a) - set(types))}; "
                          f"known: {sorted(types)}")
     settings = AggregationRound(**{k: types[k](v) for k, v in a.items()})
+    if unknown := set(settings.families) - set(FAMILIES):
+        raise ValueError(f"{p.config_path}: stage {spec['name']!r}: aggregate families {sorted(unknown)} unknown; "
+                         f"known: {list(FAMILIES)}")
     fmt = planner.fmt
     with progress_bar(console) as prog:
         task = prog.add_task(f"{spec['name']}: routes", total=len(settings.routes()))
