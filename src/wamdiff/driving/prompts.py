@@ -20,8 +20,6 @@ def _clean(v: float) -> float:
     return round(float(v), 2) + 0.0  # no "-0.00"
 
 
-
-
 def scene_prompt(scene: Scene, template: str = PROMPT_TEMPLATE) -> str:
     """The human turn: the route command and the ego state at t0 (ego frame) in `template` (default: the world's
     prompt, one `<image>` placeholder; a checkpoint may record its own, `prompt_template`)."""
