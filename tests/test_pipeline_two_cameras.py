@@ -1,7 +1,8 @@
 """A user's VLA with its own (Qwen) chat template and two cameras per sample, through the library with no code
 change: a WAM-Diff2 JSON whose samples hold two images trains two steps (with its validation loss), the trained
-checkpoint keeps the template, `bench` decodes its prompts, and `serve` plans with it (in process; the wire
-format carries one camera image)."""
+checkpoint keeps the template, `bench` decodes its prompts, and `serve` plans with it (in process, from the world's
+one-camera prompt; a checkpoint that records a two-camera prompt, evaluated on its own JSON and served two images:
+tests/test_eval_own_inputs.py)."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from wamdiff.eval.planners import Plan
-from wamdiff.eval.wire import JSON_FIELDS, MAX_BODY_BYTES, BadRequest, encode_png, parse_request, png_header
+from wamdiff.eval.wire import IMAGES_FIELD, JSON_FIELDS, MAX_BODY_BYTES, BadRequest, encode_png, parse_request, png_header
 from wamdiff.serve.app import create_app, running_server
 from wamdiff.serve.batcher import BatchingConfig
 from wamdiff.serve.guards import ServerLimits, is_loopback, token_matches
@@ -362,11 +362,13 @@ def test_docs_and_the_request_schema_match_the_wire_format(server):
     spec = http().get(f"{url}/openapi.json").json()
     body = spec["paths"]["/plan"]["post"]["requestBody"]["content"]
     assert set(body) == {"application/json", "image/png"}
-    assert set(body["application/json"]["schema"]["properties"]) == set(JSON_FIELDS)
-    assert set(body["application/json"]["schema"]["required"]) == set(JSON_FIELDS)
+    assert set(body["application/json"]["schema"]["properties"]) == {*JSON_FIELDS, IMAGES_FIELD}
+    assert set(body["application/json"]["schema"]["required"]) == set(JSON_FIELDS) - {"image"}  # image, or images
     assert {"401", "413", "422", "503"} <= set(spec["paths"]["/plan"]["post"]["responses"])
     # a request the wire accepts validates against the schema, and a response the wire writes against its model
     PlanRequest.model_validate_json(request_body())
+    PlanRequest.model_validate({**{k: v for k, v in json.loads(request_body()).items() if k != "image"},
+                                IMAGES_FIELD: [json.loads(request_body())["image"]] * 2})
     PlanResponse.model_validate(plan_response(Plan(np.ones((8, 2)), text="t"), {
         "queue_ms": 1.0, "decode_ms": 2.0, "total_ms": 3.0, "batch_size": 1, "forwards": 1, "new_tokens": 1, "tpf": 1.0}))
 

@@ -109,6 +109,11 @@ def pdms(
     except ValueError as err:
         raise UserError(f"--speed {speed!r}: {err}") from None
 
+    from .json_data import is_json_data
+
+    if is_json_data(data):
+        raise UserError(f"--data {data}: PDMS simulates scenes, and a WAM-Diff2 file holds samples; measure a model on "
+                        "it with `wamdiff eval openloop --data FILE.json -p model:CKPT`")
     fan_out = ExecutorConfig(executor, workers, ray_address)
     specs = _specs(planner)
     claim_for_command(out)  # writable and ours before any planning
@@ -129,7 +134,9 @@ def pdms(
 @app.command()
 def openloop(
     planner: list[str] = typer.Option(["expert", "cv", "reference"], "--planner", "-p", help="Planner spec (repeatable)."),
-    data: str = typer.Option(..., help="Directory of scene .npz files."),
+    data: str = typer.Option(..., help="Directory of scene .npz files, or a WAM-Diff2 .json / .jsonl of samples (each "
+                                       "planned from its own prompt and images by model:CKPT planners, measured "
+                                       "against its gpt answer)."),
     out: str = typer.Option("runs/eval/openloop", help="Results directory."),
     split: Split = typer.Option(None, help="Only scenes of this split (default: every scene under --data)."),
     families: str = typer.Option(None, "--families", "--family", help=f"Only these road families: {list_help(FAMILIES)} (default: all)."),
@@ -138,21 +145,35 @@ def openloop(
     reference_planner: str = typer.Option(None, help="Or: a planner spec run here as the reference for relative change."),
     batch: int = typer.Option(64, min=1, help="Scenes per planner batch."),
 ) -> None:
-    """L2 per 0.5 s step and at 1/2/3/4 s, ADE/FDE, failed plans, plan collision rate."""
+    """L2 per 0.5 s step and at 1/2/3/4 s, ADE/FDE, failed plans, plan collision rate (scenes only). With --data
+    FILE.json: a model's L2 on your own samples, each decoded from its own prompt (however many cameras)."""
     import json
 
     from .run import OpenLoopSettings, evaluate_open, headline_columns
 
+    from .json_data import is_json_data, load_json_samples, refuse_scene_planners
+    from .specs import parse_specs
+
     texts = list(planner)
     if reference_planner and reference_planner not in texts:
         texts = [reference_planner, *texts]
+    own = is_json_data(data)  # a user's WAM-Diff2 file: each sample planned from its own prompt (`eval.json_data`)
+    if own:
+        for flag, value in (("--split", split), ("--families", families)):
+            if value:
+                raise UserError(f"{flag} {value}: selects simulator scenes; --data {data} holds WAM-Diff2 samples")
+        refuse_scene_planners(parse_specs(texts), data)  # before any checkpoint is looked at
     specs = _specs(texts)
     claim_for_command(out)  # writable and ours before any planning
-    scenes, problems = _load(data, split, families, limit)
+    if own:
+        scenes, problems = load_json_samples(data, specs, limit), []
+    else:
+        scenes, problems = _load(data, split, families, limit)
     relative_to = json.loads(Path(compare).read_text()) if compare else reference_planner
     results = evaluate_open(specs, scenes, out, OpenLoopSettings(pdms=None, batch=batch, relative_to=relative_to),
                             unreadable=problems, console=console)
-    _table(f"open loop ({_scene_count(scenes, problems)})", {n: r["openloop"] for n, r in results.items()},
+    count = f"{len(scenes)} samples of {data}" if own else _scene_count(scenes, problems)
+    _table(f"open loop ({count})", {n: r["openloop"] for n, r in results.items()},
            headline_columns(results, ["n_valid", "failure_rate", "l2_1.0s", "l2_2.0s", "l2_3.0s", "l2_4.0s", "ade", "fde",
                                       "collision_rate"]))
     console.print(f"results in {out}/")

@@ -6,6 +6,8 @@
   distance to a missing trajectory is undefined, so the displacement means are over the plans that exist (the
   planner's own, plus its fallback's where the spec opted in: `n_fallback`), and over its own plans only
   (`own_*`); the failure rate stands next to them in every table (PDMS scores a failed plan 0).
+- on a user's WAM-Diff2 JSON (`eval.json_data`) the logged future is each sample's `gpt` answer; with no agents
+  and no ego state known, its rows have no collision and no `per_condition` split.
 - collision rate = share of plans whose ego box (scene ego size, rear-axle origin, heading from the
   waypoints) overlaps a logged agent box at the same instant (0.5 .. 4.0 s).
 - relative change vs a reference planner's aggregate: (value - ref) / |ref| per metric.
@@ -49,7 +51,7 @@ def openloop_row(scene, plan, planner_name: str = "") -> dict:
            "plan_ok": bool(plan.ok), "fallback": plan.fallback, "plan_reason": plan.reason,
            "forwards": plan.forwards, "new_tokens": plan.new_tokens, "version": OPENLOOP_VERSION, "valid": True, "reason": ""}
     fut = np.asarray(scene.future, float)
-    if fut.shape != (8, 3) or not np.any(fut):
+    if fut.shape != (8, 3) or not (np.any(fut) or getattr(scene, "future_known", False)):
         row.update(valid=False, reason="scene has no logged future")
         return row
     if plan.xy is None:  # failed plan: counted, no distance
@@ -61,7 +63,8 @@ def openloop_row(scene, plan, planner_name: str = "") -> dict:
     for sec in (1, 2, 3, 4):
         row[f"l2avg_{sec}s"] = float(err[: 2 * sec].mean())
     row["ade"], row["fde"] = float(err.mean()), float(err[-1])
-    row["collision"] = float(plan_collides(scene, xy, plan.heading))
+    if getattr(scene, "agent_boxes", None) is not None:  # a WAM-Diff2 sample (`eval.json_data`) has no other agents
+        row["collision"] = float(plan_collides(scene, xy, plan.heading))
     return row
 
 
@@ -76,10 +79,11 @@ def aggregate_openloop(rows: list[dict], reference: dict | None = None) -> dict:
         out = {"n": len(rs), "n_valid": len(valid), "n_invalid": len(rs) - len(valid),
                "n_failed": sum(not r["plan_ok"] for r in rs), "n_fallback": sum(bool(r["fallback"]) for r in rs)}
         out["failure_rate"] = out["n_failed"] / max(1, len(rs))
-        out["collision_rate"] = float(np.mean([r["collision"] for r in scored])) if scored else None
-        for k in KEYS:
-            out[k] = float(np.mean([r[k] for r in scored])) if scored else None
-            out[f"own_{k}"] = float(np.mean([r[k] for r in own])) if own else None
+        for k in KEYS:  # a metric no row has (collision: samples without agents) is None
+            values, own_values = [r[k] for r in scored if k in r], [r[k] for r in own if k in r]
+            out[k] = float(np.mean(values)) if values else None
+            out[f"own_{k}"] = float(np.mean(own_values)) if own_values else None
+        out["collision_rate"] = out["collision"]
         out["l2_4.0s_ci95"] = mean_ci95([r["l2_4.0s"] for r in scored])
         out["ade_ci95"] = mean_ci95([r["ade"] for r in scored])
         mean_fw = [r["forwards"] for r in rs if r["forwards"]]
@@ -87,11 +91,12 @@ def aggregate_openloop(rows: list[dict], reference: dict | None = None) -> dict:
         return out
 
     families = sorted({r["family"] for r in rows})
-    braking = [r["ego_accel"] < HARD_BRAKING_MS2 for r in rows]
+    known = [r for r in rows if r["ego_accel"] is not None]  # a WAM-Diff2 sample's ego state is in its prompt text only
+    braking = [r["ego_accel"] < HARD_BRAKING_MS2 for r in known]
     result = {"version": OPENLOOP_VERSION, "overall": summary(rows),
               "per_family": {f: summary([r for r in rows if r["family"] == f]) for f in families},
-              "per_condition": {"hard_braking": summary([r for r, b in zip(rows, braking) if b]),
-                                "other": summary([r for r, b in zip(rows, braking) if not b])}}
+              "per_condition": {"hard_braking": summary([r for r, b in zip(known, braking) if b]),
+                                "other": summary([r for r, b in zip(known, braking) if not b])} if known else {}}
     if reference is not None:
         result["relative_to_reference"] = relative_change(result["overall"], reference.get("overall", reference))
     return result

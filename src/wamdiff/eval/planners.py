@@ -154,6 +154,7 @@ class ModelPlanner:
         if self._model is None:
             from wamdiff.models import image_processor_for, is_vision_model, load_model
 
+            self.prompt_template  # noqa: B018 - a recorded prompt that does not format is found before any planning
             self._model, self._tokenizer = load_model(self.spec.checkpoint)
             self._model.eval()
             self._vision = bool(is_vision_model(self._model))
@@ -188,19 +189,51 @@ class ModelPlanner:
             config = replace(config, grammar=self._grammar)
         return config
 
+    @property
+    def prompt_template(self) -> str:
+        """The prompt a scene or request is planned with: the checkpoint's recorded one (`wamdiff_prompt`), else the
+        world's one-camera prompt (`driving.prompts.prompt_template`)."""
+        from wamdiff.driving.prompts import prompt_template
+
+        if getattr(self, "_template", None) is None:
+            try:
+                self._template = prompt_template(self.spec.checkpoint)
+            except ValueError as err:
+                raise ValueError(f"planner spec {self.spec.text!r}: {self.spec.checkpoint}/{err}") from None
+        return self._template
+
+    @property
+    def n_images(self) -> int:
+        """Camera images one plan takes: the `<image>` placeholders of the prompt, in the model's order."""
+        from wamdiff.driving.prompts import image_count
+
+        return image_count(self.prompt_template)
+
+    def encode(self, item):
+        """The encoded prompt of a scene, a served request (`eval.wire.PlanInput`, its cameras in `images`) or a
+        WAM-Diff2 sample (`eval.json_data.JsonSample`: its own prompt and images, encoded as training encodes them)."""
+        from wamdiff.driving.prompts import scene_prompt
+        from wamdiff.models.processor import encode_prompt
+
+        model, tok = self._load()
+        if getattr(item, "sample", None) is not None:
+            from wamdiff.training.data import encode_sample
+
+            return encode_sample(item.sample, tok, vision=self._vision, image_processor=self._image_processor).prompt
+        images = list(getattr(item, "images", None) or [item.image]) if self._vision else []
+        return encode_prompt(tok, scene_prompt(item, self.prompt_template), images, vision=self._vision,
+                             image_processor=self._image_processor)
+
     def plan(self, scenes: list, batch: int | None = None) -> list[Plan]:
         """Plans for `scenes`, decoded `batch` at a time (default: the spec's batch)."""
         from wamdiff.decoding import generate
-        from wamdiff.driving.prompts import scene_prompt
-        from wamdiff.models.processor import encode_prompt
 
         model, tok = self._load()
         out: list[Plan] = []
         batch = batch or self.spec.batch
         for i in range(0, len(scenes), batch):
             chunk = scenes[i: i + batch]
-            prompts = [encode_prompt(tok, scene_prompt(s), [s.image] if self._vision else [], vision=self._vision,
-                                     image_processor=self._image_processor) for s in chunk]
+            prompts = [self.encode(s) for s in chunk]
             t0 = time.perf_counter()
             gens = generate(model, tok, prompts, self._decode_config(tok))
             dt = (time.perf_counter() - t0) / max(1, len(chunk))

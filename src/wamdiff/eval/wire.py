@@ -3,18 +3,21 @@ the `http://` planner of `eval.planners` writes it). One home, so client and ser
 
 Request, either
 - `Content-Type: application/json`: {"image": base64 PNG, "command": "left"|"straight"|"right"|"unknown",
-  "velocity": [vx, vy], "acceleration": [ax, ay]} (m/s, m/s^2, ego frame at t0: x forward, y left); or
-- `Content-Type: image/png`: the PNG bytes as the body, the rest as query parameters
+  "velocity": [vx, vy], "acceleration": [ax, ay]} (m/s, m/s^2, ego frame at t0: x forward, y left), or the same
+  with "images": [base64 PNG, ...] in place of "image": one per camera, in the model's order (a model whose prompt
+  has several `<image>` placeholders takes that many, `GET /info` "n_images"; one camera may come either way); or
+- `Content-Type: image/png`: the PNG bytes as the body (one camera), the rest as query parameters
   `?command=left&vx=..&vy=..&ax=..&ay=..`.
-The image must be an RGB PNG of the camera the model was trained with (its size is in `GET /info`).
+Each image must be an RGB PNG of the camera the model was trained with (its size is in `GET /info`).
 
 Response (200): {"waypoints": [[x, y]] * 8 | null, "ok": bool, "reason": str, "text": raw model text,
 "timing": {"queue_ms", "decode_ms", "total_ms", "batch_size", "forwards", "new_tokens", "tpf"}}. `ok` false: the
 model answered but its text is no usable trajectory (a failed plan; `reason` says why, `text` is what it said).
 Errors: 4xx for a bad request, 5xx when the model failed on this request; the body is {"error": one line}.
 
-A request is checked before its image is decoded: the PNG header (IHDR) must declare the camera's size (or, with no
-size given, at most `MAX_IMAGE_PIXELS`), 8-bit RGB, so a small file that inflates to gigabytes is refused unread.
+A request is checked before its images are decoded: the number of images must be the model's, and each PNG header
+(IHDR) must declare the camera's size (or, with no size given, at most `MAX_IMAGE_PIXELS`), 8-bit RGB, so a small
+file that inflates to gigabytes is refused unread.
 """
 
 from __future__ import annotations
@@ -38,7 +41,8 @@ TOKEN_ENV = "WAMDIFF_SERVE_TOKEN"  # the bearer token: `wamdiff serve` requires 
 MAX_NUMBER_CHARS = 64  # a number sent as text: longer is no measurement
 MAX_SPEED = 60.0  # m/s per component (216 km/h): beyond it a value is most likely in the wrong unit
 MAX_ACCEL = 20.0  # m/s^2 per component (2 g)
-JSON_FIELDS = ("image", "command", "velocity", "acceleration")
+JSON_FIELDS = ("image", "command", "velocity", "acceleration")  # one camera; or "images" in place of "image"
+IMAGES_FIELD = "images"
 QUERY_FIELDS = ("command", "vx", "vy", "ax", "ay")
 
 
@@ -54,13 +58,19 @@ class BadRequest(ValueError):
 @dataclass
 class PlanInput:
     """What the planner sees of one request: what `driving.prompts.scene_prompt` and a model planner read of a
-    Scene (`command`, `image`, `ego_history[-1, 3:7]`), so a request is planned exactly as the scene it came from."""
+    Scene (`command`, `image`, `ego_history[-1, 3:7]`), so a request is planned exactly as the scene it came from.
+    A model that takes several cameras gets them all in `images` (the first is `image`)."""
 
-    image: np.ndarray  # (H, W, 3) uint8
+    image: np.ndarray  # (H, W, 3) uint8, the first camera
     command: str
     velocity: tuple[float, float]
     acceleration: tuple[float, float]
     scene_id: str = "request"
+    more_images: tuple = ()  # the other cameras, in the model's order
+
+    @property
+    def images(self) -> list[np.ndarray]:
+        return [self.image, *self.more_images]
 
     @property
     def ego_history(self) -> np.ndarray:
@@ -79,9 +89,11 @@ def encode_png(image: np.ndarray) -> bytes:
 
 
 def scene_request(scene) -> dict:
-    """The JSON body of `POST /plan` for a Scene (or a PlanInput)."""
+    """The JSON body of `POST /plan` for a Scene (or a PlanInput): "image", or "images" when it holds several."""
     vx, vy, ax, ay = (float(v) for v in np.asarray(scene.ego_history, float)[-1, 3:7])
-    return {"image": base64.b64encode(encode_png(scene.image)).decode("ascii"), "command": str(scene.command),
+    images = list(getattr(scene, "images", None) or [scene.image])
+    b64 = [base64.b64encode(encode_png(im)).decode("ascii") for im in images]
+    return {**({"image": b64[0]} if len(b64) == 1 else {IMAGES_FIELD: b64}), "command": str(scene.command),
             "velocity": [vx, vy], "acceleration": [ax, ay]}
 
 
@@ -116,38 +128,46 @@ def _command(value) -> str:
     return value
 
 
-def png_header(png: bytes) -> tuple[int, int, int, int]:
+def png_header(png: bytes, field: str = "image") -> tuple[int, int, int, int]:
     """(width, height, bit depth, colour type) from a PNG's IHDR chunk, read without decoding a pixel."""
     if not png.startswith(PNG_SIGNATURE):
-        raise BadRequest(400, "field image: not a PNG (no PNG signature)")
+        raise BadRequest(400, f"field {field}: not a PNG (no PNG signature)")
     ihdr = png[len(PNG_SIGNATURE): len(PNG_SIGNATURE) + 8 + 13]  # length, type, then the 13 header bytes
     if len(ihdr) < 21 or ihdr[4:8] != b"IHDR":
-        raise BadRequest(400, "field image: undecodable PNG (no IHDR header chunk first)")
+        raise BadRequest(400, f"field {field}: undecodable PNG (no IHDR header chunk first)")
     width, height = int.from_bytes(ihdr[8:12], "big"), int.from_bytes(ihdr[12:16], "big")
     return width, height, ihdr[16], ihdr[17]
 
 
-def decode_image(png: bytes, size: int | None) -> np.ndarray:
-    """The RGB image of PNG bytes; `size`: the side the model's camera has (None: any, up to MAX_IMAGE_PIXELS).
-    The header is checked first, so only an image of the accepted size and kind is ever decoded."""
-    from PIL import Image, UnidentifiedImageError
-
-    width, height, depth, colour = png_header(png)
+def check_png(png: bytes, size: int | None, field: str = "image") -> tuple[int, int]:
+    """(width, height) of a PNG whose header passes the checks (8-bit RGB, the camera's size or at most
+    MAX_IMAGE_PIXELS); BadRequest otherwise. Reads the header only."""
+    width, height, depth, colour = png_header(png, field)
     if colour != 2 or depth != 8:
         kind = PNG_COLOUR_TYPES.get(colour, f"colour type {colour}") + ("" if depth == 8 else f" {depth}-bit")
-        raise BadRequest(422, f"field image: PNG mode {kind}, expected RGB (8-bit)")
+        raise BadRequest(422, f"field {field}: PNG mode {kind}, expected RGB (8-bit)")
     if size is not None and (width, height) != (size, size):
-        raise BadRequest(422, f"field image: {width}x{height} pixels, the model's camera takes {size}x{size}")
+        raise BadRequest(422, f"field {field}: {width}x{height} pixels, the model's camera takes {size}x{size}")
     if width * height > MAX_IMAGE_PIXELS or not width or not height:
-        raise BadRequest(422, f"field image: {width}x{height} pixels (at most {MAX_IMAGE_PIXELS} pixels)")
+        raise BadRequest(422, f"field {field}: {width}x{height} pixels (at most {MAX_IMAGE_PIXELS} pixels)")
+    return width, height
+
+
+def decode_image(png: bytes, size: int | None, field: str = "image") -> np.ndarray:
+    """The RGB image of PNG bytes; `size`: the side the model's camera has (None: any, up to MAX_IMAGE_PIXELS).
+    The header is checked first, so only an image of the accepted size and kind is ever decoded. `field`: where the
+    image came from, for the one-line reason ("image", "images[1]")."""
+    from PIL import Image, UnidentifiedImageError
+
+    width, height = check_png(png, size, field)
     try:
         with Image.open(io.BytesIO(png)) as im:
             im.load()
             mode, arr = im.mode, np.asarray(im)
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError, Image.DecompressionBombError) as err:
-        raise BadRequest(400, f"field image: undecodable PNG ({' '.join(str(err).split())[:80]})") from None
+        raise BadRequest(400, f"field {field}: undecodable PNG ({' '.join(str(err).split())[:80]})") from None
     if mode != "RGB" or arr.shape[:2] != (height, width):  # PIL read the same header: a mismatch is a broken file
-        raise BadRequest(400, f"field image: undecodable PNG (decoded as {mode} {arr.shape[1]}x{arr.shape[0]})")
+        raise BadRequest(400, f"field {field}: undecodable PNG (decoded as {mode} {arr.shape[1]}x{arr.shape[0]})")
     return np.ascontiguousarray(arr, np.uint8)
 
 
@@ -160,7 +180,23 @@ def _check_fields(given, expected: tuple[str, ...], what: str) -> None:
             raise BadRequest(422, f"{word} {what}(s) {', '.join(names)} (a request has {', '.join(expected)})")
 
 
-def parse_json_request(body: bytes, size: int | None) -> PlanInput:
+def _camera_count(given: int, n_images: int, field: str) -> None:
+    if given != n_images:
+        raise BadRequest(422, f"field {field}: {given} camera image(s), the model takes {n_images} (one per <image> of "
+                              f"its prompt, in its order; GET /info n_images)")
+
+
+def _png_field(value, field: str) -> bytes:
+    if not isinstance(value, str):
+        raise BadRequest(422, f"field {field}: expected a base64 string of PNG bytes")
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raise BadRequest(400, f"field {field}: not valid base64") from None
+
+
+def parse_json_request(body: bytes, size: int | None, n_images: int = 1) -> PlanInput:
+    """`n_images`: the camera images the model takes (`GET /info` n_images): "image" carries one, "images" a list."""
     try:
         data = json.loads(body)
     except RecursionError:
@@ -169,35 +205,47 @@ def parse_json_request(body: bytes, size: int | None) -> PlanInput:
         raise BadRequest(400, f"body is not valid JSON ({' '.join(str(err).split())[:120]})") from None
     if not isinstance(data, dict):
         raise BadRequest(400, f"body must be a JSON object with fields {', '.join(JSON_FIELDS)}")
-    _check_fields(data, JSON_FIELDS, "field")
-    if not isinstance(data["image"], str):
-        raise BadRequest(422, "field image: expected a base64 string of PNG bytes")
-    try:
-        png = base64.b64decode(data["image"], validate=True)
-    except (binascii.Error, ValueError):
-        raise BadRequest(400, "field image: not valid base64") from None
+    if IMAGES_FIELD in data and "image" in data:
+        raise BadRequest(422, f"fields image and {IMAGES_FIELD} both given: send one camera as image, or every "
+                              f"camera as {IMAGES_FIELD}")
+    several = IMAGES_FIELD in data
+    _check_fields(data, (IMAGES_FIELD, *JSON_FIELDS[1:]) if several else JSON_FIELDS, "field")
+    if several:
+        if not isinstance(data[IMAGES_FIELD], list):
+            raise BadRequest(422, f"field {IMAGES_FIELD}: expected a list of base64 PNG strings, one per camera")
+        _camera_count(len(data[IMAGES_FIELD]), n_images, IMAGES_FIELD)
+        pngs = [(_png_field(v, f"{IMAGES_FIELD}[{k}]"), f"{IMAGES_FIELD}[{k}]") for k, v in enumerate(data[IMAGES_FIELD])]
+    else:
+        _camera_count(1, n_images, "image")
+        pngs = [(_png_field(data["image"], "image"), "image")]
     command = _command(data["command"])
     velocity = _pair(data["velocity"], "velocity", MAX_SPEED)
     acceleration = _pair(data["acceleration"], "acceleration", MAX_ACCEL)
-    return PlanInput(decode_image(png, size), command, velocity, acceleration)
+    for png, field in pngs:  # every header before any pixel
+        check_png(png, size, field)
+    images = [decode_image(png, size, field) for png, field in pngs]
+    return PlanInput(images[0], command, velocity, acceleration, more_images=tuple(images[1:]))
 
 
-def parse_png_request(body: bytes, query: dict, size: int | None) -> PlanInput:
+def parse_png_request(body: bytes, query: dict, size: int | None, n_images: int = 1) -> PlanInput:
     _check_fields(query, QUERY_FIELDS, "query parameter")
+    if n_images != 1:
+        raise BadRequest(422, f"Content-Type image/png carries one camera image, the model takes {n_images}: send "
+                              f"application/json with \"{IMAGES_FIELD}\": [base64 PNG, ...] (GET /info n_images)")
     velocity = (_number(query["vx"], "vx", MAX_SPEED), _number(query["vy"], "vy", MAX_SPEED))
     acceleration = (_number(query["ax"], "ax", MAX_ACCEL), _number(query["ay"], "ay", MAX_ACCEL))
     return PlanInput(decode_image(body, size), _command(query["command"]), velocity, acceleration)
 
 
-def parse_request(content_type: str, body: bytes, query: dict, size: int | None) -> PlanInput:
-    """A validated PlanInput, or BadRequest(4xx, one-line reason)."""
+def parse_request(content_type: str, body: bytes, query: dict, size: int | None, n_images: int = 1) -> PlanInput:
+    """A validated PlanInput, or BadRequest(4xx, one-line reason). `n_images`: the camera images the model takes."""
     kind = (content_type or "").split(";")[0].strip().lower()
     if len(body) > MAX_BODY_BYTES:
         raise BadRequest(413, f"body of {len(body)} bytes exceeds {MAX_BODY_BYTES}")
     if kind == "application/json":
-        return parse_json_request(body, size)
+        return parse_json_request(body, size, n_images)
     if kind == "image/png":
-        return parse_png_request(body, query, size)
+        return parse_png_request(body, query, size, n_images)
     raise BadRequest(415, f"Content-Type {kind or '(none)'!r}: send application/json (base64 image) or image/png")
 
 

@@ -55,3 +55,11 @@ def recorded_answer_format(source) -> str | None:
     """The answer format a checkpoint was trained on (`wamdiff_answer_format`, written by the trainer from the
     dataset's manifest), so a planner spec needs no `fmt=` for the world's own models."""
     return _recorded(source, "wamdiff_answer_format")
+
+
+def recorded_prompt(source) -> str | None:
+    """The served prompt template a checkpoint records (`wamdiff_prompt`: the human turn with one `<image>` per
+    camera, in the model's order, and the fields `driving.prompts.scene_prompt` fills: {command}, {vx}, {vy}, {ax},
+    {ay}); None: the world's own one-camera prompt (`driving.prompts.PROMPT_TEMPLATE`)."""
+    value = _recorded(source, "wamdiff_prompt")
+    return str(value) if value else None

@@ -70,7 +70,8 @@ async def _client_gone(request: Request) -> None:
 
 def create_app(engine, batching: BatchingConfig | None = None, *, batcher: DynamicBatcher | None = None,
                limits: ServerLimits | None = None):
-    """The FastAPI app serving `engine` (a `PlannerEngine`, or anything with `plan`, `info` and `image_size`)."""
+    """The FastAPI app serving `engine` (a `PlannerEngine`, or anything with `plan`, `info` and `image_size`; its
+    `n_images`, the camera images a request carries, defaults to one)."""
     limits = limits or ServerLimits()
     gate = InFlight(limits.max_in_flight)
     batcher = batcher or DynamicBatcher(engine.plan, batching or BatchingConfig(), start=False)
@@ -122,7 +123,7 @@ def create_app(engine, batching: BatchingConfig | None = None, *, batcher: Dynam
         return Response(metrics.render(), media_type=metrics.content_type)
 
     @app.post("/plan", dependencies=guarded, response_model=PlanResponse, responses=ERRORS, openapi_extra=PLAN_BODY,
-              summary="Plan 8 waypoints for one camera frame.")
+              summary="Plan 8 waypoints for one camera frame (one image per camera the model takes).")
     async def plan(request: Request):
         if not gate.try_enter():
             return _error(503, f"overloaded: {gate.cap} plan requests in flight; retry after {RETRY_AFTER_S} s",
@@ -142,7 +143,8 @@ def create_app(engine, batching: BatchingConfig | None = None, *, batcher: Dynam
         body = await read_body(request, limits)
         try:  # off the event loop: /health and other connections keep being answered while a PNG decodes
             item = await asyncio.to_thread(parse_request, request.headers.get("content-type", ""), body,
-                                           dict(request.query_params), engine.image_size)
+                                           dict(request.query_params), engine.image_size,
+                                           getattr(engine, "n_images", 1))
         except BadRequest:
             raise
         except Exception as err:  # noqa: BLE001 - whatever a parser raises on a malformed body is the body's fault

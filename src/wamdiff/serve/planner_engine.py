@@ -1,6 +1,10 @@
 """What the server plans with: a checkpoint behind `eval.planners.ModelPlanner` (the in-process planner's own
 code path: the same prompt, encoding, decoding and parsing, so a request plans exactly as the scene it came from).
 
+A request carries one camera image per `<image>` placeholder of the checkpoint's prompt (`driving.prompts.
+prompt_template`: the prompt it records as `wamdiff_prompt`, else the world's one-camera prompt): `n_images`, in
+`GET /info`.
+
 `ServeSettings` are the server's typed settings: the planner spec (checkpoint, decode settings resolved once by
 `decoding.config.resolve_decode`, answer format, batch) and the batching; `PlannerEngine(settings)` loads the
 checkpoint and decodes one blank request to warm up, so a checkpoint that cannot decode in the asked mode fails at
@@ -57,7 +61,12 @@ class PlannerEngine:
             raise UserError(f"--mode block: {settings.checkpoint} has no diffusion settings (an AR checkpoint); "
                             "serve it with --mode ar or convert it with `wamdiff model convert`")
         self.camera = self.planner.camera
-        blank = PlanInput(np.zeros((self.camera.size, self.camera.size, 3), np.uint8), "straight", (10.0, 0.0), (0.0, 0.0))
+        try:  # the cameras a request carries: one per <image> of the checkpoint's prompt (`driving.prompts`)
+            self.n_images = self.planner.n_images
+        except ValueError as err:
+            raise UserError(f"--checkpoint {settings.checkpoint}: {err}") from None
+        image = np.zeros((self.camera.size, self.camera.size, 3), np.uint8)
+        blank = PlanInput(image, "straight", (10.0, 0.0), (0.0, 0.0), more_images=(image,) * (self.n_images - 1))
         try:
             self.plan([blank])  # warm-up; also proves the checkpoint decodes in this mode
         except ValueError as err:
@@ -99,7 +108,7 @@ class PlannerEngine:
             "max_steps": decode.max_steps if block else None,
             "strategy": decode.strategy if block else None,
             "dtype": str(next(model.parameters()).dtype).removeprefix("torch."), "format": self.planner.spec.fmt,
-            "max_new_tokens": decode.max_new_tokens, "camera": self.camera.to_dict(),
+            "max_new_tokens": decode.max_new_tokens, "camera": self.camera.to_dict(), "n_images": self.n_images,
             "batching": {"max_batch": self.settings.max_batch, "max_wait_ms": self.settings.max_wait_ms},
             "threads": torch.get_num_threads(),
         }

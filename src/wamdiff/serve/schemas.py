@@ -19,10 +19,14 @@ Command = Literal[COMMANDS]  # type: ignore[valid-type]
 
 
 class PlanRequest(BaseModel):
-    """`POST /plan` as `application/json` (or send the PNG as an `image/png` body with `?command=&vx=&vy=&ax=&ay=`)."""
+    """`POST /plan` as `application/json` with `image` or `images` (or send one camera's PNG as an `image/png` body
+    with `?command=&vx=&vy=&ax=&ay=`)."""
 
     model_config = ConfigDict(extra="forbid")
-    image: str = Field(description="Base64 of an 8-bit RGB PNG of the model's camera size (`GET /info` camera.size).")
+    image: Optional[str] = Field(None, description="Base64 of an 8-bit RGB PNG of the model's camera size "
+                                                   "(`GET /info` camera.size): one camera. Or send `images`.")
+    images: Optional[list[str]] = Field(None, description="One base64 PNG per camera, in the model's order (as many as "
+                                                          "`GET /info` n_images), in place of `image`.")
     command: Command = Field(description="The route command.")
     velocity: tuple[float, float] = Field(description=f"Ego velocity [vx, vy] in m/s (ego frame: x forward, y left), "
                                                       f"each within +-{MAX_SPEED:g}.")

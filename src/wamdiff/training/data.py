@@ -121,10 +121,7 @@ def dataset_settings(json_paths) -> dict:
 def load_examples(json_path: str | Path, tokenizer, *, vision: bool, limit: int | None = None, source: int = 0,
                   image_processor=None, image_root: str | Path | None = None) -> list[Example]:
     """Read one WAM-Diff2 JSON file and encode every sample (prompt with its images, answer ids)."""
-    from PIL import Image
-
     from wamdiff.driving.wamdiff2_json import read_samples
-    from wamdiff.models.processor import encode_answer, encode_prompt
 
     json_path = Path(json_path)
     if not json_path.exists():
@@ -132,26 +129,43 @@ def load_examples(json_path: str | Path, tokenizer, *, vision: bool, limit: int 
     samples = read_samples(json_path, image_root=image_root)  # image paths come back absolute
     if limit is not None:
         samples = samples[:limit]
-    out = []
-    for s in samples:
-        images = []
-        if vision:
-            for ip in s.image_paths:
-                try:
-                    with Image.open(ip) as im:
-                        images.append(im.convert("RGB"))
-                except OSError as err:  # missing, unreadable or not an image (PIL's UnidentifiedImageError)
-                    raise UserError(f"{s.where or json_path}: sample {s.id!r}: field 'image': cannot open {ip} "
-                                    f"({err.strerror or type(err).__name__}); fix the path (relative paths resolve "
-                                    "against the JSON file's folder, or data.image_root) or regenerate the data") from err
-        try:
-            prompt = encode_prompt(tokenizer, s.human, images, vision=vision, image_processor=image_processor)
-        except ValueError as err:
-            raise ValueError(f"{json_path}: sample {s.id!r}: {err}") from None
-        out.append(Example(str(s.id), prompt, encode_answer(tokenizer, s.answer), s.answer, source))
+    out = [encode_sample(s, tokenizer, vision=vision, image_processor=image_processor, json_path=json_path, source=source)
+           for s in samples]
     if not out:
         raise ValueError(f"{json_path}: no samples")
     return out
+
+
+def sample_images(s, json_path: str | Path = "") -> list:
+    """The RGB images of a sample (`driving.wamdiff2_json.ConversationSample`), in its order; a missing, unreadable or
+    non-image file is a UserError naming the file, the sample and the field."""
+    from PIL import Image
+
+    images = []
+    for ip in s.image_paths:
+        try:
+            with Image.open(ip) as im:
+                images.append(im.convert("RGB"))
+        except OSError as err:  # missing, unreadable or not an image (PIL's UnidentifiedImageError)
+            raise UserError(f"{s.where or json_path}: sample {s.id!r}: field 'image': cannot open {ip} "
+                            f"({err.strerror or type(err).__name__}); fix the path (relative paths resolve "
+                            "against the JSON file's folder, or data.image_root) or regenerate the data") from err
+    return images
+
+
+def encode_sample(s, tokenizer, *, vision: bool, image_processor=None, json_path: str | Path = "",
+                  source: int = 0) -> Example:
+    """One sample as training encodes it: its human turn with its images through the tokenizer's chat template
+    (`models.processor.encode_prompt`), and its answer ids. The one encoding of a WAM-Diff2 sample: training,
+    `wamdiff eval openloop --data FILE.json` and the bench all come here."""
+    from wamdiff.models.processor import encode_answer, encode_prompt
+
+    images = sample_images(s, json_path) if vision else []
+    try:
+        prompt = encode_prompt(tokenizer, s.human, images, vision=vision, image_processor=image_processor)
+    except ValueError as err:
+        raise ValueError(f"{json_path or s.where}: sample {s.id!r}: {err}") from None
+    return Example(str(s.id), prompt, encode_answer(tokenizer, s.answer), s.answer, source)
 
 
 # ------------------------------------------------------------------------------------------------ collate
