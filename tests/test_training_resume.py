@@ -72,3 +72,15 @@ def test_resumed_run_keeps_its_start_metrics(tmp_path):
         m = train(rec, resume=True).metrics
     assert "val_loss_start" in m and "val_loss" in m
     assert [s for s, _ in m["history"]["loss"]] == [1, 2, 3, 4]
+
+
+def test_a_training_run_leaves_ieee_subnormals_as_it_found_them(tmp_path):
+    """Denormals are flushed while training (speed) but the setting is process-wide: after `train` returns, the
+    smallest normal float halves to a subnormal again, not to zero."""
+    import sys
+
+    data = make_data(tmp_path / "data", n_train=4)
+    assert sys.float_info.min / 2 > 0.0
+    with one_thread():
+        train(tiny_recipe(data, tmp_path / "run", "ar_sft", optim={"steps": 1}, eval={"at_start": False, "at_end": False}))
+    assert sys.float_info.min / 2 > 0.0

@@ -18,7 +18,7 @@ def measure(*, preset: str = "student", kind: str = "block", block_size: int = 1
             mixed_precision: str = "bf16", warmup: int = 2) -> float:
     from wamdiff.training.synthetic import write_dataset
     from wamdiff.training.config import load_recipe
-    from wamdiff.training.trainer import Trainer
+    from wamdiff.training.trainer import Trainer, flushed_denormals
 
     torch.set_num_threads(threads)
     with tempfile.TemporaryDirectory() as tmp:
@@ -32,15 +32,16 @@ def measure(*, preset: str = "student", kind: str = "block", block_size: int = 1
             "eval": {"at_end": False, "qa": {"at_start": False, "at_end": False}},
             "log": {"tensorboard": False, "progress": False},
         })
-        trainer = Trainer(recipe)
-        tokens, elapsed = 0, 0.0
-        for step in range(warmup + steps):
-            t0 = time.perf_counter()
-            out = trainer.train_step(step)
-            if step >= warmup:
-                elapsed += time.perf_counter() - t0
-                tokens += out["tokens"]
-        trainer.logger.close()
+        with flushed_denormals():
+            trainer = Trainer(recipe)
+            tokens, elapsed = 0, 0.0
+            for step in range(warmup + steps):
+                t0 = time.perf_counter()
+                out = trainer.train_step(step)
+                if step >= warmup:
+                    elapsed += time.perf_counter() - t0
+                    tokens += out["tokens"]
+            trainer.logger.close()
         return tokens / elapsed
 
 
@@ -60,7 +61,7 @@ def footprint(recipe, overrides: dict | list[str] | None = None, *, steps: int =
     import statistics
 
     from wamdiff.training.config import load_recipe
-    from wamdiff.training.trainer import Trainer
+    from wamdiff.training.trainer import Trainer, flushed_denormals
 
     with tempfile.TemporaryDirectory() as tmp:
         quiet = {"output_dir": f"{tmp}/run", "optim.steps": steps, "checkpoint.every": 0, "eval.at_start": False,
@@ -68,13 +69,14 @@ def footprint(recipe, overrides: dict | list[str] | None = None, *, steps: int =
                  "log.tensorboard": False, "log.progress": False}
         r = load_recipe(load_recipe(recipe, overrides).to_dict(), quiet)
         t0 = time.perf_counter()
-        trainer = Trainer(r)
-        setup_s, rss_setup = time.perf_counter() - t0, _rss_gb()
-        times = []
-        for step in range(steps):
-            t1 = time.perf_counter()
-            trainer.train_step(step)
-            times.append(time.perf_counter() - t1)
+        with flushed_denormals():
+            trainer = Trainer(r)
+            setup_s, rss_setup = time.perf_counter() - t0, _rss_gb()
+            times = []
+            for step in range(steps):
+                t1 = time.perf_counter()
+                trainer.train_step(step)
+                times.append(time.perf_counter() - t1)
         batch = trainer.next_global_batch()
         model = trainer.unwrapped
         n_params = sum(p.numel() for p in model.parameters())

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import time
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -120,7 +122,6 @@ class Trainer:
         self.output_dir = Path(r.output_dir)
         if r.threads:
             torch.set_num_threads(r.threads)
-        torch.set_flush_denormal(True)  # Adam's squared small gradients go denormal: ~10x slower CPU arithmetic
         self.accelerator = self._make_accelerator()
         self.world, self.rank = self.accelerator.num_processes, self.accelerator.process_index
         self.is_main = self.accelerator.is_main_process
@@ -689,6 +690,19 @@ class Trainer:
         return RunResult(self.output_dir, summary)
 
 
+@contextmanager
+def flushed_denormals():
+    """Denormal floats flushed to zero for the block (Adam's squared small gradients go denormal: ~10x slower CPU
+    arithmetic), then the process's previous setting back: it is process-wide, and code that runs after a training
+    run in the same process (a library user's, hypothesis' float strategies) expects IEEE subnormals."""
+    was_flushed = sys.float_info.min / 2 == 0.0
+    torch.set_flush_denormal(True)
+    try:
+        yield
+    finally:
+        torch.set_flush_denormal(was_flushed)
+
+
 def train(recipe: dict | str | Path | Recipe, overrides: dict | list[str] | None = None, *, resume: bool = False,
           step_callback: Callable[[int], None] | None = None) -> RunResult:
     """Run one recipe in-process; chain stages with `train(next, {"model.init": str(prev.final_model)})`."""
@@ -699,5 +713,5 @@ def train(recipe: dict | str | Path | Recipe, overrides: dict | list[str] | None
     r = recipe if isinstance(recipe, Recipe) else load_recipe(recipe, overrides)
     # one run per output_dir (checked writable before anything loads); only global rank 0 writes there
     lock = claim_output_dir(r.output_dir, option="output_dir") if int(os.environ.get("RANK", "0")) == 0 else nullcontext()
-    with lock:
+    with lock, flushed_denormals():
         return Trainer(r, resume=resume, step_callback=step_callback).run()
