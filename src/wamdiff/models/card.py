@@ -20,7 +20,8 @@ TAGS = ["wamdiff", "block-diffusion", "masked-diffusion", "autonomous-driving", 
 ONE_LINE_LOAD = 'from wamdiff.models import load_model; model, tokenizer = load_model("{path}")'
 # summary.csv column -> card heading (the columns a reader of one model wants; those absent are left out)
 # (pipeline summary.csv or eval front's front.csv)
-COLUMNS = {"planner": "model", "pdms": "PDMS", "pdms_ci": "PDMS ±95 %", "c": "comfort", "l2_4s": "L2 @4 s (m)",
+COLUMNS = {"planner": "model", "pdms": "PDMS", "d_pdms": "Δ PDMS (paired)", "pdms_ci": "PDMS ±95 %", "c": "comfort",
+           "l2_4s": "L2 @4 s (m)", "d_l2_4s": "Δ L2 @4 s (paired)",
            "cl_success": "closed-loop success %", "ms_plan_b1": "ms/plan B1", "plans_s_b1": "plans/s B1",
            "plans_s_b8": "plans/s B8", "plans_s_b32": "plans/s B32", "tpf_b1": "tokens/forward B1",
            "x_ar_b1": "× AR B1", "x_ar_b8": "× AR B8"}
@@ -79,7 +80,9 @@ def _cell(key: str, value: str) -> str:
 
 def _table(rows: list[dict]) -> list[str]:
     keys = [k for k in COLUMNS if any(r.get(k) not in (None, "") for r in rows)]
-    lines = ["| " + " | ".join(COLUMNS[k] for k in keys) + " |", "|" + "---|" * len(keys)]
+    # a front's interval is the paired difference's (against its reference row), not the PDMS's own
+    heads = {**COLUMNS, "pdms_ci": "Δ PDMS ±95 %"} if "d_pdms" in keys else COLUMNS
+    lines = ["| " + " | ".join(heads[k] for k in keys) + " |", "|" + "---|" * len(keys)]
     for r in rows:
         cells = [_cell(k, r.get(k, "")) for k in keys]
         if r.get("this model"):
