@@ -116,6 +116,9 @@ def test_json_data_refuses_scene_planners_and_bad_files(tmp_path):
         assert_user_error(cli("eval", "openloop", "--data", data, "-p", planner, "--out", tmp_path / "o"),
                           f"planner '{planner}'", "simulator scenes")
     assert_user_error(cli("eval", "pdms", "--data", data, "--out", tmp_path / "o"), str(data), "eval openloop")
+    # a fallback plans from the scene, which a sample has not: refused, not silently unused
+    assert_user_error(cli("eval", "openloop", "--data", data, "-p", f"model:{ckpt},fallback=cv", "--out", tmp_path / "o"),
+                      "fallback=", "drop fallback=")
 
     samples = json.loads(data.read_text())
     bad = tmp_path / "bad.json"

@@ -113,3 +113,6 @@ def test_card_command_takes_its_table_from_a_front_csv_and_keeps_the_cards_licen
     assert main(["model", "card", str(small), "--measured", str(front), "--row", "nope"]) == 2
     err = capsys.readouterr().err.strip()
     assert "no model row named 'nope'" in err and len(err.splitlines()) == 1
+    assert main(["model", "card", str(small), "--row", "small"]) == 2  # a row of nothing
+    assert main(["model", "card", str(small), "--measured", str(front), "--provenance", str(tmp_path / "no.json")]) == 2
+    assert "--provenance" in capsys.readouterr().err

@@ -11,27 +11,26 @@ from pathlib import Path
 from wamdiff.decoding.bench.prompts import BenchInputs
 from wamdiff.driving.answer_format import BUILTIN, AnswerFormat, answer_format, guess_format
 from wamdiff.driving.prompts import PROMPT_TEMPLATE
-from wamdiff.driving.wamdiff2_json import read_samples
+from wamdiff.driving.wamdiff2_json import read_samples, sample_images
+from wamdiff.errors import UserError
 from wamdiff.models.processor import encode_prompt
 
 COMMANDS = ("left", "straight", "right", "unknown")
 
 
 def load_wamdiff2_json(path: Path, tokenizer, *, vision: bool, limit: int | None = None, image_processor=None):
-    """(prompts, expert answer texts) of the first `limit` samples of a WAM-Diff2 JSON / JSONL file."""
-    from PIL import Image
-
+    """(prompts, expert answer texts) of the first `limit` samples of a WAM-Diff2 JSON / JSONL file, each prompt
+    encoded as training encodes it (its images by `sample_images`, its text through the chat template)."""
     samples = read_samples(path)
+    samples = samples[:limit] if limit else samples
     prompts = []
-    for s in samples[:limit] if limit else samples:
-        images = []
-        for p in s.image_paths if vision else []:
-            try:
-                images.append(Image.open(p).convert("RGB"))
-            except OSError as err:
-                raise ValueError(f"{path}: sample {s.id}: field 'image': cannot open {p} ({err})") from err
-        prompts.append(encode_prompt(tokenizer, s.human, images, vision=vision, image_processor=image_processor))
-    return prompts, [s.answer for s in samples[:len(prompts)]]
+    for s in samples:
+        images = sample_images(s, path) if vision else []
+        try:
+            prompts.append(encode_prompt(tokenizer, s.human, images, vision=vision, image_processor=image_processor))
+        except ValueError as err:
+            raise UserError(f"{s.where or path}: sample {s.id!r}: {err}") from None
+    return prompts, [s.answer for s in samples]
 
 
 def synthetic_prompts(tokenizer, n: int, *, vision: bool, seed: int = 0, image_processor=None):

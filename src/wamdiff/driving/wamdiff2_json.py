@@ -152,3 +152,22 @@ def write_samples(samples: list[ConversationSample], path: str | Path, relative_
             json.dump(objs, f, ensure_ascii=False, indent=1)
 
     return write_atomically(path, write, text=True)
+
+
+def sample_images(s, json_path: str | Path = "") -> list:
+    """The RGB images of a sample (`driving.wamdiff2_json.ConversationSample`), in its order; a missing, unreadable or
+    non-image file is a UserError naming the file, the sample and the field."""
+    from PIL import Image
+
+    from wamdiff.errors import UserError
+
+    images = []
+    for ip in s.image_paths:
+        try:
+            with Image.open(ip) as im:
+                images.append(im.convert("RGB"))
+        except OSError as err:  # missing, unreadable or not an image (PIL's UnidentifiedImageError)
+            raise UserError(f"{s.where or json_path}: sample {s.id!r}: field 'image': cannot open {ip} "
+                            f"({err.strerror or type(err).__name__}); fix the path (relative paths resolve "
+                            "against the JSON file's folder, or data.image_root) or regenerate the data") from err
+    return images

@@ -50,6 +50,9 @@ def refuse_scene_planners(specs: dict, data: str | Path) -> None:
     from wamdiff.errors import UserError
 
     for spec in specs.values():
+        if spec.kind == "model" and spec.fallback is not None:
+            raise UserError(f"planner {spec.text!r}: fallback= needs simulator scenes (the fallback plans from the "
+                             f"scene); {data} holds WAM-Diff2 samples: drop fallback=")
         if spec.kind != "model":
             raise UserError(f"planner {spec.text!r} needs simulator scenes (a scene folder as --data); {data} holds "
                              "WAM-Diff2 samples, which only model:CKPT planners plan (from each sample's own prompt)")
@@ -57,12 +60,11 @@ def refuse_scene_planners(specs: dict, data: str | Path) -> None:
 
 def load_json_samples(path: str | Path, specs: dict, limit: int | None = None) -> list[JsonSample]:
     """The samples of a WAM-Diff2 file, checked for every model planner in `specs` (all share one answer format)."""
-    from wamdiff.driving.trajectory import parse_trajectory
     from wamdiff.driving.wamdiff2_json import read_samples
     from wamdiff.errors import UserError
-    from wamdiff.eval.planners import check_xy
+    from wamdiff.eval.planners import plan_from_text
     from wamdiff.models.tokens import IMAGE_PLACEHOLDER
-    from wamdiff.training.data import sample_images
+    from wamdiff.driving.wamdiff2_json import sample_images
 
     path = Path(path)
     if not path.is_file():
@@ -84,9 +86,9 @@ def load_json_samples(path: str | Path, specs: dict, limit: int | None = None) -
     out = []
     for s in samples:
         where = f"{s.where or path}: sample {s.id!r}"
-        parsed = parse_trajectory(s.answer, fmt)
-        xy, reason = check_xy(parsed.xy) if parsed.ok else (None, parsed.reason or "parse failed")
-        if xy is None:
+        expert = plan_from_text(s.answer, fmt)
+        xy, reason = expert.xy, expert.reason
+        if not expert.ok:
             raise UserError(f"{where}: field conversations (gpt value): not a trajectory in answer format {fmt} "
                             f"({reason}); set fmt= on the planner spec to the file's format")
         if vision:

@@ -107,13 +107,17 @@ def card(
     if not is_model_dir(path):
         raise UserError(f"{path}: not a checkpoint (no config.json)")
     name = row or path.name
+    if measured is None and row is not None:
+        raise UserError("--row names a row of --measured: give --measured too")
     if measured is not None:
         if not measured.is_file():
             raise UserError(f"--measured {measured}: no such file")
         if not any(r["this model"] for r in measured_rows(measured, name)):
             raise UserError(f"--measured {measured}: no model row named {name!r}; name it with --row")
+    if provenance is not None and not provenance.is_file():
+        raise UserError(f"--provenance {provenance}: no such file")
     own = front_matter(path)
-    written = write_model_card(path, base_model=own.get("base_model"), license=own.get("license") or "mit",
+    written = write_model_card(path, base_model=own.get("base_model"), license=own.get("license"),
                                summary_csv=measured, provenance_json=provenance, stage=name,
                                measured_from=measured_from or MEASURED_FROM)
     console.print(f"wrote {written}")
