@@ -116,6 +116,13 @@ def test_json_data_refuses_scene_planners_and_bad_files(tmp_path):
         assert_user_error(cli("eval", "openloop", "--data", data, "-p", planner, "--out", tmp_path / "o"),
                           f"planner '{planner}'", "simulator scenes")
     assert_user_error(cli("eval", "pdms", "--data", data, "--out", tmp_path / "o"), str(data), "eval openloop")
+    # a model whose recorded prompt takes two cameras cannot plan the simulator's one-camera scenes: refused up front
+    two = tmp_path / "two_cam"
+    two.mkdir()
+    (two / "config.json").write_text(json.dumps({"vision_config": {}, "wamdiff_answer_format": FMT,
+                                                  "wamdiff_prompt": "front <image> back <image> {command}"}))
+    assert_user_error(cli("eval", "closedloop", "-p", f"model:{two}", "--routes", "dev", "--out", tmp_path / "o"),
+                      "takes 2 camera images", "eval openloop")
     # a fallback plans from the scene, which a sample has not: refused, not silently unused
     assert_user_error(cli("eval", "openloop", "--data", data, "-p", f"model:{ckpt},fallback=cv", "--out", tmp_path / "o"),
                       "fallback=", "drop fallback=")

@@ -63,14 +63,19 @@ def _table(title: str, aggregates: dict[str, dict], cols: list[str], chunk: int 
         console.print(t)
 
 
-def _specs(texts: list[str]) -> dict:
-    """Every planner spec (and model checkpoint) checked before anything runs; a bad one is a one-line error, exit 2."""
+def _specs(texts: list[str], scenes: bool = True) -> dict:
+    """Every planner spec (and model checkpoint) checked before anything runs; a bad one is a one-line error, exit 2.
+    `scenes`: they plan simulator scenes, which render one camera, so a model whose prompt takes more is refused."""
     from .planners import make_planner
     from .specs import parse_specs
 
     specs = parse_specs(list(texts))  # a bad spec raises ValueError: the CLI's one-line error, exit 2
     for spec in specs.values():
-        make_planner(spec)  # cheap: finds a missing checkpoint now, loads nothing
+        planner = make_planner(spec)  # cheap: finds a missing checkpoint now, loads nothing
+        if scenes and spec.kind == "model" and planner.n_images != 1:  # reads config.json only
+            raise UserError(f"planner {spec.text!r}: its prompt takes {planner.n_images} camera images and the "
+                            "simulator renders one; evaluate it on its own WAM-Diff2 samples (`wamdiff eval openloop "
+                            "--data FILE.json`)")
     return specs
 
 
@@ -163,7 +168,7 @@ def openloop(
             if value:
                 raise UserError(f"{flag} {value}: selects simulator scenes; --data {data} holds WAM-Diff2 samples")
         refuse_scene_planners(parse_specs(texts), data)  # before any checkpoint is looked at
-    specs = _specs(texts)
+    specs = _specs(texts, scenes=not own)
     claim_for_command(out)  # writable and ours before any planning
     if own:
         scenes, problems = load_json_samples(data, specs, limit), []
