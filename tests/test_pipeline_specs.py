@@ -159,6 +159,9 @@ def test_an_aggregate_stage_takes_a_list_of_families_and_refuses_an_unknown_one(
     pipeline.stage_aggregate(p, two)
     assert seen[0].families == ("intersection", "roundabout")
     assert [r.family for r in seen[0].routes()] == ["intersection"] * 3 + ["roundabout"] * 3
+    one = {**spec, "aggregate": {**spec["aggregate"], "families": "merge", "routes_per_family": 2}}  # one name
+    pipeline.stage_aggregate(p, one)
+    assert seen[1].families == ("merge",)
     bad = {**spec, "aggregate": {**spec["aggregate"], "families": ["intersections"]}}
     with pytest.raises(ValueError, match=r"aggregate families \['intersections'\] unknown"):
         pipeline.stage_aggregate(p, bad)

@@ -350,8 +350,8 @@ def stage_aggregate(p: Pipeline, spec: dict) -> dict:
     """One on-policy aggregation round (`eval.aggregation`): the stage `aggregate.planner` drives training routes,
     the expert labels what it visited; later stages with `agg` in their spec train on it."""
     from wamdiff.eval.aggregation import AggregationRound, aggregate_round
-    from wamdiff.driving.world import FAMILIES
     from wamdiff.eval.run import progress_bar
+    from wamdiff.names import FAMILIES
 
     a = dict(spec["aggregate"])
     planner = p.planner("stage:" + a.pop("planner"))
@@ -360,6 +360,8 @@ def stage_aggregate(p: Pipeline, spec: dict) -> dict:
     if set(a) - set(types):
         raise ValueError(f"{p.config_path}: stage {spec['name']!r}: unknown aggregate keys {sorted(set(a) - set(types))}; "
                          f"known: {sorted(types)}")
+    if isinstance(a.get("families"), str):  # one name is a list of one, not a tuple of its letters
+        a["families"] = [a["families"]]
     settings = AggregationRound(**{k: types[k](v) for k, v in a.items()})
     if unknown := set(settings.families) - set(FAMILIES):
         raise ValueError(f"{p.config_path}: stage {spec['name']!r}: aggregate families {sorted(unknown)} unknown; "
