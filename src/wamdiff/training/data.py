@@ -136,35 +136,14 @@ def load_examples(json_path: str | Path, tokenizer, *, vision: bool, limit: int 
     return out
 
 
-def sample_images(s, json_path: str | Path = "") -> list:
-    """The RGB images of a sample (`driving.wamdiff2_json.ConversationSample`), in its order; a missing, unreadable or
-    non-image file is a UserError naming the file, the sample and the field."""
-    from PIL import Image
-
-    images = []
-    for ip in s.image_paths:
-        try:
-            with Image.open(ip) as im:
-                images.append(im.convert("RGB"))
-        except OSError as err:  # missing, unreadable or not an image (PIL's UnidentifiedImageError)
-            raise UserError(f"{s.where or json_path}: sample {s.id!r}: field 'image': cannot open {ip} "
-                            f"({err.strerror or type(err).__name__}); fix the path (relative paths resolve "
-                            "against the JSON file's folder, or data.image_root) or regenerate the data") from err
-    return images
-
-
 def encode_sample(s, tokenizer, *, vision: bool, image_processor=None, json_path: str | Path = "",
                   source: int = 0) -> Example:
-    """One sample as training encodes it: its human turn with its images through the tokenizer's chat template
-    (`models.processor.encode_prompt`), and its answer ids. The one encoding of a WAM-Diff2 sample: training,
-    `wamdiff eval openloop --data FILE.json` and the bench all come here."""
-    from wamdiff.models.processor import encode_answer, encode_prompt
+    """One sample as training encodes it: its prompt as every path encodes it (`driving.wamdiff2_json.
+    encode_sample_prompt`: the human turn with its images through the tokenizer's chat template) and its answer ids."""
+    from wamdiff.driving.wamdiff2_json import encode_sample_prompt
+    from wamdiff.models.processor import encode_answer
 
-    images = sample_images(s, json_path) if vision else []
-    try:
-        prompt = encode_prompt(tokenizer, s.human, images, vision=vision, image_processor=image_processor)
-    except ValueError as err:
-        raise ValueError(f"{json_path or s.where}: sample {s.id!r}: {err}") from None
+    prompt = encode_sample_prompt(s, tokenizer, vision=vision, image_processor=image_processor, json_path=json_path)
     return Example(str(s.id), prompt, encode_answer(tokenizer, s.answer), s.answer, source)
 
 
