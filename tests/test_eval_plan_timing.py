@@ -58,8 +58,11 @@ def test_speed_of_generations_is_the_one_definition():
 def test_report_speed_columns_use_the_plan_timings_at_batch_1():
     from wamdiff.orchestration.summary import table_rows
 
+    from wamdiff.orchestration.sections import BenchSection
+
     class P:  # two AR rows: "× AR" divides by the one the bench compares (`bench.ar`), not by the first
-        cfg = {"bench": {"ar": "ar_vla"}}
+        cfg = {"bench": {"ar": "ar_vla", "diffusion": "b"}}
+        bench = BenchSection(**cfg["bench"])
         out = Path("/nonexistent/run")  # no per-scene files: no paired column
         checkpoints: dict = {}
 

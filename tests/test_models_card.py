@@ -82,3 +82,34 @@ def test_export_cards_carry_the_measured_table_of_the_shipped_summary_only(tmp_p
     os.utime(stage_file, (1e9, 3e9))  # a report older than the stage: no table, and so no figures in the card
     export_checkpoints(config, dest, ["student"])
     assert "## Measured" not in (dest / "student" / "README.md").read_text()
+
+
+def test_card_command_takes_its_table_from_a_front_csv_and_keeps_the_cards_license(tmp_path, capsys):
+    from wamdiff.models import to_diffusion
+
+    tok = build_tokenizer()
+    small = save_model(to_diffusion(build_model("tiny", tok, seed=0), 16, tokenizer=tok), tok, tmp_path / "small")
+    (small / "README.md").write_text("---\nlicense: apache-2.0\nbase_model: me/my-vla\n---\n# old\n")
+    front = tmp_path / "front.csv"
+    front.write_text("planner,spec,pdms,d_pdms,pdms_ci,c,l2_4s,plans_s_b1,x_ar_b1\n"
+                     "ar_vla,\"model:ckpt/ar_vla,mode=ar\",92.375,,,0.99125,2.5,6.5,1.0\n"
+                     "small,\"model:ckpt/small,block=17\",92.0625,-0.3125,0.75,0.98875,2.25,45.5,7.0\n"
+                     "expert,expert,94.0,1.625,1.0,1.0,0.0,,\n")
+    res = CliRunner().invoke(app, ["card", str(small), "--measured", str(front), "--measured-from", "Paired, 1,600 scenes."])
+    assert res.exit_code == 0, res.output
+    card = (small / "README.md").read_text()
+    meta = front_matter(small)
+    assert meta["license"] == "apache-2.0" and meta["base_model"] == "me/my-vla"  # kept from the card it replaces
+    assert "Paired, 1,600 scenes." in card and "| block size | 16 |" in card
+    measured = card.split("## Measured")[1].split("## License")[0]
+    table = [line for line in measured.splitlines() if line.startswith("| ")]
+    assert table[0] == "| model | PDMS | Δ PDMS (paired) | Δ PDMS ±95 % | comfort | L2 @4 s (m) | plans/s B1 | × AR B1 |"
+    assert table[1:] == ["| **small** (this model) | 92.06 | -0.31 | 0.75 | 0.99 | 2.25 | 45.50 | 7.00 |",
+                         "| ar_vla | 92.38 |  |  | 0.99 | 2.50 | 6.50 | 1.00 |"]  # model rows only, this one first
+
+    from wamdiff.cli import main
+
+    capsys.readouterr()  # the save's progress bars
+    assert main(["model", "card", str(small), "--measured", str(front), "--row", "nope"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "no model row named 'nope'" in err and len(err.splitlines()) == 1

@@ -65,7 +65,7 @@ def test_the_small_chain_trains_only_its_own_stages_from_the_shipped_models():
     from wamdiff.orchestration.schedule import stages_to_run
 
     p = Pipeline.load(ROOT / "configs" / "small.yaml")
-    run = [s["name"] for s in stages_to_run(p.cfg, given=set(p.checkpoints))]
+    run = [s["name"] for s in stages_to_run(p.cfg, set(p.checkpoints), p.bench)]
     default = {s["name"] for s in Pipeline.load(ROOT / "configs" / "default.yaml").cfg["train"]}
     assert run and not set(run) & default  # none of the full-size chain's stages
     assert all(n.startswith("small_") or n.endswith("_small") for n in run)
@@ -84,7 +84,7 @@ def test_route_phase_scenes_join_only_the_stages_that_ask_for_them(tmp_path):
              for name in ("ar_vla_r0", "ar_phases")}
     assert paths["ar_phases"] == {**paths["ar_vla_r0"], "data_phases/train.json": 1.0}  # the only difference
     assert paths["ar_vla_r0"]["data/train.json"] == 1.0 and paths["ar_vla_r0"]["data/agg_r0.json"] == 0.5
-    del p.cfg["data"]["phases"]
+    p.data = p.data.model_copy(update={"phases": None})
     with pytest.raises(ValueError, match="needs data.phases"):
         training_sources(p, stages["ar_phases"])
 
@@ -103,7 +103,7 @@ def test_a_stage_can_name_its_aggregation_rounds(tmp_path):
     def weights(name):
         return {Path(s["path"]).name: s["weight"] for s in training_sources(p, stages[name])}
 
-    qa = {"train.json": 1.0, "train_qa.json": p.cfg["data"]["qa_weight"]}
+    qa = {"train.json": 1.0, "train_qa.json": p.data.qa_weight}
     assert weights("ar_recover") == {**qa, "agg_r0.json": pytest.approx(0.5 * 3 / 4),
                                      "agg_r1.json": pytest.approx(0.5 * 1 / 4)}
     assert weights("ar_dagger2") == {**qa, "agg_r0.json": pytest.approx(0.5 * 3 / 8),
@@ -134,10 +134,10 @@ def test_the_conversion_trains_on_one_mixture_it_can_make_from_the_ar_vla(tmp_pa
     def mixture(name):
         return sorted((Path(s["path"]).relative_to(p.out).as_posix(), s["weight"]) for s in training_sources(p, stages[name]))
 
-    variants = p.cfg["data"]["train_variants"]
-    total = sum(v["per_family"] for v in variants.values())
-    base = [("data/train.json", 1.0), ("data/train_qa.json", p.cfg["data"]["qa_weight"]), ("data_phases/train.json", 1.0),
-            *[(f"data_train_{n}/train.json", pytest.approx(v["per_family"] / total)) for n, v in variants.items()]]
+    variants = p.data.train_variants
+    total = sum(v.per_family for v in variants.values())
+    base = [("data/train.json", 1.0), ("data/train_qa.json", p.data.qa_weight), ("data_phases/train.json", 1.0),
+            *[(f"data_train_{n}/train.json", pytest.approx(v.per_family / total)) for n, v in variants.items()]]
     for name in ["block1", "block4", "block8", "block16", "block32", "teacher_ar", "teacher_block4", "teacher_block32"]:
         assert mixture(name) == sorted([*base, ("data/agg_r6.json", 0.5)]), name
     both_rounds = [*base, ("data/agg_r6.json", 0.25), ("data/agg_r7.json", 0.25)]
@@ -146,7 +146,7 @@ def test_the_conversion_trains_on_one_mixture_it_can_make_from_the_ar_vla(tmp_pa
     assert mixture("distill_model") == sorted(both_rounds)
     for name in ["ar_sft", "ar_vla"]:  # the AR VLA's own chain never sees them
         assert not any("data_train_" in path for path, _ in mixture(name)), name
-    del p.cfg["data"]["train_variants"]
+    p.data = p.data.model_copy(update={"train_variants": {}})
     with pytest.raises(ValueError, match="needs data.train_variants"):
         training_sources(p, stages["block32"])
     producer = {s["aggregate"]["round"]: s["aggregate"]["planner"] for s in p.cfg["train"] if "aggregate" in s}
@@ -180,7 +180,7 @@ def test_a_stage_can_weight_up_the_scenes_that_start_in_hard_braking(tmp_path):
     def weights(spec):
         return {Path(s["path"]).name: s["weight"] for s in training_sources(p, spec)}
 
-    qa = {"train.json": 1.0, "train_qa.json": p.cfg["data"]["qa_weight"]}
+    qa = {"train.json": 1.0, "train_qa.json": p.data.qa_weight}
     assert weights({"name": "plain"}) == qa
     assert weights({"name": "x", "hard_braking": 0.25}) == {**qa, "train_hard_braking.json": 0.25}
     subset = data / "train_hard_braking.json"

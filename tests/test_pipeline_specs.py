@@ -51,14 +51,15 @@ def test_config_base_merges_and_extends(tmp_path):
         _read_config(tmp_path / "bad.yaml")
 
 
-def _chain(tmp_path, b_lr: float = 1e-3) -> Pipeline:
-    """a -> b (init) -> round 7 driven by b -> c (init b, mixes round 7), with the AR VLA given."""
+def _chain(tmp_path, b_lr: float = 1e-3, **extra) -> Pipeline:
+    """a -> b (init) -> round 7 driven by b -> c (init b, mixes round 7), with the AR VLA given; `extra`: more
+    top-level sections."""
     (tmp_path / "ar").mkdir(exist_ok=True)
     cfg = {"out": str(tmp_path / "run"), "data": {"fmt": "delta"}, "checkpoints": {"ar": str(tmp_path / "ar")},
            "train": [{"name": "a", "recipe": "r.yaml", "init": "ar"},
                      {"name": "b", "recipe": "r.yaml", "init": "a", "set": {"optim.lr": b_lr}},
                      {"name": "r7", "aggregate": {"planner": "b,steps=2", "round": 7}},
-                     {"name": "c", "recipe": "r.yaml", "init": "b", "agg": 0.5, "agg_rounds": [7]}]}
+                     {"name": "c", "recipe": "r.yaml", "init": "b", "agg": 0.5, "agg_rounds": [7]}], **extra}
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
     return Pipeline.load(tmp_path / "c.yaml")
 
@@ -128,9 +129,8 @@ def test_overlap_and_bench_run_again_when_a_model_they_read_is_retrained(tmp_pat
 
     from wamdiff.orchestration.eval_stages import model_stage_settings
 
-    p = _chain(tmp_path)
+    p = _chain(tmp_path, bench={"ar": "ar", "diffusion": "b"})
     p.cfg["evaluate"] = {"top5_overlap": {"student": "c", "diffusion_teacher": "b", "ar_teacher": "ar"}}
-    p.cfg["bench"] = {"ar": "ar", "diffusion": "b"}
     for stage in ("a", "b", "c"):
         p.checkpoint(stage).mkdir(parents=True)
         (p.checkpoint(stage) / "model.safetensors").write_bytes(b"x" * 8)

@@ -159,34 +159,65 @@ def pipeline_page() -> str:
         "![PDMS and its intervals](pipeline/quality_intervals.png)", ""])
 
 
-FRONT_COLUMNS = [  # (front.csv column, header, format)
-    ("params", "params", ",.0f"), ("gflop_plan", "GFLOP / plan", ".3f"), ("pdms", "PDMS", ".2f"),
-    ("d_pdms", "Δ PDMS vs no teacher", "+.2f"), ("c", "C", ".3f"), ("l2_4s", "L2@4s", ".3f"),
-    ("d_l2_4s", "Δ L2@4s vs no teacher", "+.3f"), ("plans_s_b1", "plans/s b1", ".1f"), ("x_ar_b1", "× AR b1", ".2f"),
-    ("plans_s_b8", "plans/s b8", ".1f"), ("x_ar_b8", "× AR b8", ".2f"),
-]
+def front_columns(ref: str) -> list[tuple[str, str, str]]:
+    """front.csv columns (column, header, format); the Δ columns are paired against `ref`."""
+    return [("params", "params", ",.0f"), ("gflop_plan", "GFLOP / plan", ".3f"), ("pdms", "PDMS", ".2f"),
+            ("d_pdms", f"Δ PDMS vs {ref}", "+.2f"), ("c", "C", ".3f"), ("l2_4s", "L2@4s", ".3f"),
+            ("d_l2_4s", f"Δ L2@4s vs {ref}", "+.3f"), ("plans_s_b1", "plans/s b1", ".1f"), ("x_ar_b1", "× AR b1", ".2f"),
+            ("plans_s_b8", "plans/s b8", ".1f"), ("x_ar_b8", "× AR b8", ".2f")]
+
+
+def front_table(path: Path, ref: str) -> list[str]:
+    columns = front_columns(ref)
+    table = ["| model | " + " | ".join(h for _, h, _ in columns) + " |", "|---|" + "---:|" * len(columns)]
+    for r in _rows(path):
+        table.append(f"| {_cell(r['planner'])} | " + " | ".join(_cell(_num(r[c], f)) for c, _, f in columns) + " |")
+    return table
+
+
+def closed_loop_table(path: Path) -> list[str]:
+    """Success per road family from `wamdiff eval failures`' closedloop_failure_kinds.csv."""
+    rows = _rows(path)
+    families = [f for f in ("highway", "merge", "intersection", "roundabout", "all") if any(r["family"] == f for r in rows)]
+    table = ["| planner | " + " | ".join(families) + " |", "|---|" + "---:|" * len(families)]
+    for planner in dict.fromkeys(r["planner"] for r in rows):
+        got = {r["family"]: r for r in rows if r["planner"] == planner}
+        table.append(f"| {_cell(planner)} | " + " | ".join(
+            f"{got[f]['success']}/{got[f]['n']}" if f in got else "–" for f in families) + " |")
+    return table
 
 
 def small_student_page() -> str:
     folder = RESULTS / "small_student"
-    head = "| model | " + " | ".join(h for _, h, _ in FRONT_COLUMNS) + " |"
-    table = [head, "|---|" + "---:|" * len(FRONT_COLUMNS)]
-    for r in _rows(folder / "front.csv"):
-        table.append(f"| {_cell(r['planner'])} | " + " | ".join(_cell(_num(r[c], f)) for c, _, f in FRONT_COLUMNS) + " |")
     return "\n".join([
         "# The small student", "",
         "A `small`-preset model (0.82 M parameters, 0.26 GFLOP per plan against the AR VLA's 0.94) trained as an AR "
-        "VLA, converted, then taught by the full-size block-distilled student (`configs/small.yaml`, "
-        "[how](../guides/train.md)). Every model on the same scenes: the test split and five world variants, pooled "
-        "(`wamdiff eval paired`, reference the 1,800-step level-3 arm without a teacher, `small_l3_none_long`; Δ "
-        "columns paired, with their 95 % intervals in `paired.csv`; against the AR VLA in `paired_vs_ar.csv`). "
-        "`small_student_long` is the same schedule with the teacher; `small_student_xl` (1,200 steps more with the "
-        "teacher) is the shipped `checkpoints/small/small_student_xl`. Speed from the test split's plan timings at the "
-        "same decode (`eval pdms --speed 1,8`: one 17-token block, ≤ 4 forwards, τ 0.5, ordinal read-out, fp32, torch's "
-        "default two threads). Closed loop on the 100 routes: AR VLA 84 %, the shipped small student 56 % (open-loop parity does "
-        "not carry over; see the notes). Generated at build time from `docs/results/small_student/front.csv` "
-        "(`wamdiff eval front`); the commands are in [results notes](../development/results-notes.md).", "",
-        *table, "", "![front](small_student/front.png)", "", "![paired](small_student/paired.png)", ""])
+        "VLA, converted, taught by the full-size block-distilled student, then fine-tuned on four on-policy rounds of "
+        "its own (`configs/small.yaml`, [how](../guides/train.md)). The shipped one is "
+        "`checkpoints/small/small_student_dagger4` (bf16).", "",
+        "## Against the AR VLA", "",
+        "Every model on the same 1,600 scenes (the test split and five world variants, two of them settings no stage "
+        "trains on), pooled; Δ columns paired against the AR VLA scene by scene (`wamdiff eval paired`; the 95 % "
+        "intervals per split in `paired.csv`). Speed from the test split's plan timings at the same decode "
+        "(`eval pdms --speed 1,8`: one 17-token block, ≤ 4 forwards, τ 0.5, ordinal read-out, fp32, torch's default "
+        "two threads). `small_student_xl` is the small student before its on-policy rounds. Generated at build time "
+        "from `docs/results/small_student/front.csv` (`wamdiff eval front`); the commands are in "
+        "[results notes](../development/results-notes.md).", "",
+        *front_table(folder / "front.csv", "AR VLA"), "", "![front](small_student/front.png)", "",
+        "![paired](small_student/paired.png)", "",
+        "One `wamdiff bench` run of the shipped small student against the AR VLA at the same decode (fp32, one "
+        "thread, 32 timed prompts; \"at AR quality\" judged on L2, PDMS and comfort): "
+        "[bench.md](small_student/bench.md).", "",
+        "Closed loop on the 100 routes (`wamdiff eval closedloop --routes full`, routes completed per family; failure "
+        "kinds in `closedloop_failure_kinds.csv`, the difference paired route by route in `closedloop_paired.csv`):", "",
+        *closed_loop_table(folder / "closedloop_failure_kinds.csv"), "",
+        "## The level-3 arms", "",
+        "What the teacher gives, 2026-12-03, before the on-policy rounds: three level-3 arms with the same steps and "
+        "data (no teacher, the full-size AR VLA, the full-size diffusion student), here the 1,800-step pair against "
+        "the arm without a teacher (`small_l3_none_long`), the small AR VLA and the full-size models on the same "
+        "1,600 scenes; files in `docs/results/small_student/arms/` (against the AR VLA in `paired_vs_ar.csv`, the "
+        "teachers' top-5 overlap with the student in `overlap.json`).", "",
+        *front_table(folder / "arms" / "front.csv", "no teacher"), "", "![front](small_student/arms/front.png)", ""])
 
 
 def parity_page() -> str:

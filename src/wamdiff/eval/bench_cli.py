@@ -83,7 +83,7 @@ def bench(
                                                      "reference)."),
     resume: bool = typer.Option(True, help="Reuse the rows an interrupted run with the same grid, models and prompts "
                                            "left in OUT/bench.partial.jsonl."),
-    quick: bool = typer.Option(False, help="The timed grid only, shrunk: batch 1, B 8,32, tau 0.9, fp32, 64 tokens; no "
+    quick: bool = typer.Option(False, help="The timed grid only, shrunk: batch 1, the model's own B, tau 0.9, fp32, 64 tokens; no "
                                            "step costs, no paired re-timing, roofline only from a cached cost model."),
     tune: bool = typer.Option(False, help="Speed dial: measure the model's TPF/quality curve (batch 1, untimed) and this "
                                           "machine's step-cost model, report the dial's pick per batch size against "
@@ -115,6 +115,7 @@ def bench(
     from wamdiff.decoding.bench.confirm import confirm_headline
     from wamdiff.decoding.bench.tune import answer_length_effect, attach_measurements
     from wamdiff.decoding.bench.tune import tune as bench_tune
+    from wamdiff.decoding.engine import model_block_settings
     from wamdiff.driving.bench_inputs import bench_inputs
     from wamdiff.models import build_model, build_tokenizer, image_processor_for, is_vision_model, load_model, to_diffusion
 
@@ -151,9 +152,10 @@ def bench(
                          max_new_tokens, _ints(max_steps), repeats, compile_modes, step_cost,
                          caches=cache_list, threads=thread_counts, device=device,
                          attention=attention, lean=lean, ordinal_window=ordinal)
-        if quick:  # measures the shrunken grid and nothing else
+        if quick:  # measures the shrunken grid and nothing else: one block size, the one the model was trained at
             step_cost, confirm_repeats = False, 0
-            grid = BenchGrid([1], [8, 32], [0.9], ["fp32"], 64, _ints(max_steps), repeats, compile_modes, step_cost,
+            trained = model_block_settings(model, tok)[0] or 32
+            grid = BenchGrid([1], [trained], [0.9], ["fp32"], 64, _ints(max_steps), repeats, compile_modes, step_cost,
                              caches=cache_list, threads=thread_counts, device=device, attention=attention, lean=lean,
                              ordinal_window=ordinal)
     except ValueError as err:

@@ -325,14 +325,14 @@ def pipeline_map_settings(p) -> tuple[dict, str, MapGrid]:
     ref = ref if ref is not None else next(iter(specs))
     if ref not in specs:
         raise ValueError(f"{where}.ref: {ref!r} is not one of the map's planners ({', '.join(specs)})")
-    cfg.setdefault("families", list(p.cfg.get("data", {}).get("families") or []))
+    cfg.setdefault("families", list(p.data.families))
     return specs, ref, MapGrid.from_dict(cfg, where=where)
 
 
 def pipeline_map(p) -> dict:
     """The pipeline's `eval_map` stage: the map of `map:` into `<out>/eval_map` (resumable cell by cell)."""
     specs, ref, grid = pipeline_map_settings(p)
-    return run_map(specs, grid, p.out / "eval_map", ref=ref, workers=int(p.cfg.get("data", {}).get("workers", 1)))
+    return run_map(specs, grid, p.out / "eval_map", ref=ref, workers=p.data.workers)
 
 
 def report_lines(summary: dict, map_dir: Path, report_dir: Path) -> list[str]:

@@ -1,9 +1,10 @@
 """The model card of a checkpoint: `README.md` with Hugging Face front matter, so a converted or exported model
 describes itself (base model, block size, decode settings, license, how to load it with its block-causal attention).
 
-Written by `wamdiff model convert` and by the pipeline's export (`orchestration.pipeline.export_checkpoints`). Figures are never
-written by hand: the measured table is taken from the export's `pipeline_summary.csv` (the report the pipeline
-measured) and its `PROVENANCE.json` (commit, machine), and left out when there is none.
+Written by `wamdiff model convert`, by the pipeline's export (`orchestration.pipeline.export_checkpoints`) and by
+`wamdiff model card`. Figures are never written by hand: the measured table is taken from a measured CSV (the
+export's `pipeline_summary.csv`, or the `front.csv` of `wamdiff eval front`) and the commit and machine from a
+`PROVENANCE.json`, and left out when there is none.
 """
 
 from __future__ import annotations
@@ -18,9 +19,14 @@ CARD_FILE = "README.md"
 TAGS = ["wamdiff", "block-diffusion", "masked-diffusion", "autonomous-driving", "trajectory-planning"]
 ONE_LINE_LOAD = 'from wamdiff.models import load_model; model, tokenizer = load_model("{path}")'
 # summary.csv column -> card heading (the columns a reader of one model wants; those absent are left out)
-COLUMNS = {"planner": "model", "pdms": "PDMS", "pdms_ci": "PDMS ±95 %", "l2_4s": "L2 @4 s (m)",
-           "cl_success": "closed-loop success %", "ms_plan_b1": "ms/plan B1", "plans_s_b32": "plans/s B32",
-           "tpf_b1": "tokens/forward B1", "x_ar_b1": "× AR B1"}
+# (pipeline summary.csv or eval front's front.csv)
+COLUMNS = {"planner": "model", "pdms": "PDMS", "d_pdms": "Δ PDMS (paired)", "pdms_ci": "PDMS ±95 %", "c": "comfort",
+           "l2_4s": "L2 @4 s (m)", "d_l2_4s": "Δ L2 @4 s (paired)",
+           "cl_success": "closed-loop success %", "ms_plan_b1": "ms/plan B1", "plans_s_b1": "plans/s B1",
+           "plans_s_b8": "plans/s B8", "plans_s_b32": "plans/s B32", "tpf_b1": "tokens/forward B1",
+           "x_ar_b1": "× AR B1", "x_ar_b8": "× AR B8"}
+# a measured CSV's model rows: their spec names a pipeline stage (summary) or a checkpoint (front)
+MODEL_SPECS = ("stage:", "model:")
 
 
 def front_matter(directory: str | Path) -> dict:
@@ -43,16 +49,20 @@ def front_matter(directory: str | Path) -> dict:
 
 
 def measured_rows(summary_csv: str | Path, stage: str | None) -> list[dict]:
-    """The model rows (spec `stage:...`) of a pipeline summary, this stage's first; [] without a summary."""
+    """The model rows of a measured CSV (spec `stage:...` or `model:...`), the row of `stage` first (a summary's row
+    whose spec names that stage, or a row of that `planner` name); [] without the file."""
     path = Path(summary_csv)
     if not path.is_file():
         return []
     with path.open(newline="") as f:
-        rows = [r for r in csv.DictReader(f) if r.get("spec", "").startswith("stage:")]
+        rows = [r for r in csv.DictReader(f) if r.get("spec", "").startswith(MODEL_SPECS)]
 
     def mine(r):
-        name = r["spec"][len("stage:"):].split(",")[0]
-        return stage is not None and name == stage
+        if stage is None:
+            return False
+        if r["spec"].startswith("stage:"):
+            return r["spec"][len("stage:"):].split(",")[0] == stage
+        return r.get("planner") == stage
     return [r | {"this model": mine(r)} for r in sorted(rows, key=lambda r: not mine(r))]
 
 
@@ -70,7 +80,9 @@ def _cell(key: str, value: str) -> str:
 
 def _table(rows: list[dict]) -> list[str]:
     keys = [k for k in COLUMNS if any(r.get(k) not in (None, "") for r in rows)]
-    lines = ["| " + " | ".join(COLUMNS[k] for k in keys) + " |", "|" + "---|" * len(keys)]
+    # a front's interval is the paired difference's (against its reference row), not the PDMS's own
+    heads = {**COLUMNS, "pdms_ci": "Δ PDMS ±95 %"} if "d_pdms" in keys else COLUMNS
+    lines = ["| " + " | ".join(heads[k] for k in keys) + " |", "|" + "---|" * len(keys)]
     for r in rows:
         cells = [_cell(k, r.get(k, "")) for k in keys]
         if r.get("this model"):
@@ -79,8 +91,12 @@ def _table(rows: list[dict]) -> list[str]:
     return lines
 
 
+MEASURED_FROM = "From the pipeline's report (simulated test split; speed on the machine below):"
+
+
 def model_card(config: dict, *, name: str, base_model: str | None = None, license: str = "mit",
-               measured: list[dict] | None = None, provenance: dict | None = None, source: str | None = None) -> str:
+               measured: list[dict] | None = None, provenance: dict | None = None, source: str | None = None,
+               measured_from: str = MEASURED_FROM) -> str:
     """The card's text for a checkpoint whose `config.json` is `config`."""
     diffusion = config.get("diffusion") or {}
     decode = config.get("wamdiff_decode") or {}
@@ -111,8 +127,7 @@ def model_card(config: dict, *, name: str, base_model: str | None = None, licens
               "Plan with it: `wamdiff eval pdms --planner model:path/to/this/folder`; serve it: "
               "`wamdiff serve --checkpoint path/to/this/folder`."]
     if measured:
-        lines += ["", "## Measured", "", "From the pipeline's report (simulated test split; speed on the machine below):", "",
-                  *_table(measured)]
+        lines += ["", "## Measured", "", measured_from, "", *_table(measured)]
         if provenance:
             where = ", ".join(f"{k} {provenance[k]}" for k in ("commit", "machine", "cpus", "threads", "torch")
                               if provenance.get(k) is not None)
@@ -125,8 +140,9 @@ def model_card(config: dict, *, name: str, base_model: str | None = None, licens
 
 def write_model_card(directory: str | Path, *, base_model: str | None = None, license: str | None = None,
                      summary_csv: str | Path | None = None, provenance_json: str | Path | None = None,
-                     stage: str | None = None, source: str | Path | None = None) -> Path:
-    """Write `directory/README.md` from its `config.json`, the export's summary and provenance when given.
+                     stage: str | None = None, source: str | Path | None = None,
+                     measured_from: str = MEASURED_FROM) -> Path:
+    """Write `directory/README.md` from its `config.json`, a measured CSV (`measured_rows`) and provenance when given.
     base_model and license default to those of the source's own card (`source/README.md`), else none and "other"
     (a converted model keeps its base model's license)."""
     directory = Path(directory)
@@ -139,7 +155,8 @@ def write_model_card(directory: str | Path, *, base_model: str | None = None, li
     if measured and provenance_json is not None and Path(provenance_json).is_file():
         provenance = json.loads(Path(provenance_json).read_text())
     text = model_card(config, name=stage or directory.name, base_model=base_model, license=license, measured=measured,
-                      provenance=provenance, source=str(source) if source is not None else None)
+                      provenance=provenance, source=str(source) if source is not None else None,
+                      measured_from=measured_from)
     path = directory / CARD_FILE
     path.write_text(text)
     return path

@@ -91,6 +91,35 @@ def convert(
 
 
 @app.command()
+def card(
+    path: Path = typer.Argument(..., help="Checkpoint directory (its README.md is rewritten)."),
+    measured: Path = typer.Option(None, help="A measured CSV for the card's table: `wamdiff eval front`'s front.csv "
+                                             "or a pipeline summary.csv (its model rows)."),
+    row: str = typer.Option(None, help="The row of --measured that is this model (default: the folder's name)."),
+    provenance: Path = typer.Option(None, help="A PROVENANCE.json whose commit and machine the card names."),
+    measured_from: str = typer.Option(None, help="The sentence above the table: where the figures come from."),
+) -> None:
+    """Write a checkpoint's model card again, with a measured table; base model and license kept from its card."""
+    from wamdiff.errors import UserError
+    from wamdiff.models.card import MEASURED_FROM, front_matter, measured_rows, write_model_card
+    from wamdiff.models.recorded import is_model_dir
+
+    if not is_model_dir(path):
+        raise UserError(f"{path}: not a checkpoint (no config.json)")
+    name = row or path.name
+    if measured is not None:
+        if not measured.is_file():
+            raise UserError(f"--measured {measured}: no such file")
+        if not any(r["this model"] for r in measured_rows(measured, name)):
+            raise UserError(f"--measured {measured}: no model row named {name!r}; name it with --row")
+    own = front_matter(path)
+    written = write_model_card(path, base_model=own.get("base_model"), license=own.get("license") or "mit",
+                               summary_csv=measured, provenance_json=provenance, stage=name,
+                               measured_from=measured_from or MEASURED_FROM)
+    console.print(f"wrote {written}")
+
+
+@app.command()
 def average(
     sources: list[Path] = typer.Argument(..., help="Two or more checkpoint directories: fine-tunes of one model."),
     out: Path = typer.Option(..., help="Output directory."),

@@ -54,13 +54,14 @@ def row_settings(p, name: str, spec) -> dict:
 
 
 def model_stage_settings(p, stage: str) -> dict:
-    """The `overlap` / `bench` stage's settings: its config section and the weights of the models it reads."""
+    """The `overlap` / `bench` stage's settings: its config section as written and the weights of the models it reads."""
     if stage == "overlap":
-        section, keys = p.cfg["evaluate"]["top5_overlap"], ("student", "diffusion_teacher", "ar_teacher")
+        section = p.cfg["evaluate"]["top5_overlap"]
+        models = {k: section[k] for k in ("student", "diffusion_teacher", "ar_teacher")}
     else:
-        section, keys = p.cfg["bench"], ("ar", "diffusion")
+        section, models = p.cfg["bench"], {"ar": p.bench.ar, "diffusion": p.bench.diffusion}
     settings = {stage: section, "checkpoints": p.cfg.get("checkpoints"),
-                "weights": {k: weights_key(p.checkpoint(section[k])) for k in keys}}
+                "weights": {k: weights_key(p.checkpoint(name)) for k, name in models.items()}}
     return {**settings, "quality_check": BENCH_QUALITY_CHECK} if stage == "bench" else settings
 
 
@@ -178,19 +179,19 @@ def stage_bench(p) -> dict:
     from wamdiff.driving.bench_inputs import bench_inputs
     from wamdiff.eval.bench_judge import judge_for_data
 
-    b = dict(p.cfg["bench"])
-    b.setdefault("format", p.cfg["data"].get("fmt"))
+    b = p.bench
+    settings = b.settings(p.data.fmt)
     data = p.data_dir / "test.json"
     judge = None
     if data.exists():
-        judge = judge_for_data(data, int(b.get("prompts", 8)), b["format"], required=True,
+        judge = judge_for_data(data, b.prompts, settings["format"], required=True,
                                reference_cache=eval_dir(p) / "reference_cache")
 
     def inputs(tokenizer, **kw):  # the test split's prompts (else synthetic ones), in the configured answer format
-        return bench_inputs(tokenizer, data=data if data.exists() else None, fmt=b["format"], **kw)
+        return bench_inputs(tokenizer, data=data if data.exists() else None, fmt=settings["format"], **kw)
 
-    return paired_bench(ar_checkpoint=p.checkpoint(b["ar"]), diffusion_checkpoint=p.checkpoint(b["diffusion"]),
-                        inputs=inputs, out=p.out / "bench", settings=b, judge=judge)
+    return paired_bench(ar_checkpoint=p.checkpoint(b.ar), diffusion_checkpoint=p.checkpoint(b.diffusion),
+                        inputs=inputs, out=p.out / "bench", settings=settings, judge=judge)
 
 
 def run_evaluation(p, run_stage) -> dict:
@@ -208,11 +209,10 @@ def run_evaluation(p, run_stage) -> dict:
         opened[name] = {**opened[name], "speed": timings}
     combine_open(eval_dir(p), opened, _test_scenes(p, None)[0], plots)
     results = {"open": {"planners": opened}}
-    variants = p.cfg["data"].get("variants") or {}
-    if cfg.get("variants") and variants:
+    if cfg.get("variants") and p.data.variants:
         results["open_variants"] = {}
-        for name in variants:
-            got = per_row(p, run_stage, f"eval_open_{name}", {**planned, "variant": variants[name]},
+        for name in p.data.variants:  # the stage's settings hold the variant as written (`sections`)
+            got = per_row(p, run_stage, f"eval_open_{name}", {**planned, "variant": p.cfg["data"]["variants"][name]},
                           lambda rows, name=name: stage_open(p, rows, name))
             combine_open(eval_dir(p, name), got, _test_scenes(p, name)[0])
             results["open_variants"][name] = {"planners": got}
@@ -231,7 +231,7 @@ def run_evaluation(p, run_stage) -> dict:
                                                                          "qa_samples": cfg.get("qa_samples")})
     if cfg.get("top5_overlap"):
         results["overlap"] = run_stage(p, "overlap", lambda: stage_overlap(p), settings=model_stage_settings(p, "overlap"))
-    if p.cfg.get("bench"):
+    if p.bench is not None:
         results["bench"] = run_stage(p, "bench", lambda: stage_bench(p), settings=model_stage_settings(p, "bench"))
     results["training"] = {s["name"]: json.loads(p.stage_file(s["name"]).read_text())
                            for s in p.cfg.get("train") or [] if p.stage_file(s["name"]).exists()}

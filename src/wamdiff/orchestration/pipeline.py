@@ -15,7 +15,7 @@ import time
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from rich.console import Console
 
@@ -24,6 +24,9 @@ from wamdiff.jsonfile import write_json
 from wamdiff.outdir import path_name
 from wamdiff.provenance import provenance
 from wamdiff.yamlconfig import read_config, refuse_unknown
+
+if TYPE_CHECKING:
+    from wamdiff.orchestration.sections import BenchSection, DataSection
 
 console = Console()
 
@@ -36,12 +39,15 @@ class Pipeline:
     config_path: Path
     cfg: dict
     out: Path
+    data: DataSection  # `data:` and `bench:` typed (`orchestration.sections`); `cfg` keeps them as written
+    bench: BenchSection | None = None
     checkpoints: dict[str, Path] = field(default_factory=dict)  # stage name -> final model dir
 
     @classmethod
     def load(cls, path: str | Path, from_scratch: bool = False) -> "Pipeline":
         """The config at `path`; `from_scratch` drops the given checkpoints (`checkpoints:`) of stages the config
         can train, so those stages and what leads to them run too."""
+        from wamdiff.orchestration.sections import BenchSection, DataSection, parse_section  # noqa: PLC0415 (torch)
         from wamdiff.resources import config_file, shipped_path
 
         path = config_file(path)  # from the working directory, else the installed package's configs
@@ -58,8 +64,9 @@ class Pipeline:
         if from_scratch and cfg.get("checkpoints"):
             trained = {s["name"] for s in cfg.get("train") or []}
             cfg["checkpoints"] = {k: v for k, v in cfg["checkpoints"].items() if k not in trained}
-        p = cls(path, cfg, Path(cfg["out"]))
-        check_path_names(path, cfg)
+        bench = parse_section(BenchSection, cfg["bench"], path, "bench") if cfg.get("bench") else None
+        p = cls(path, cfg, Path(cfg["out"]), parse_section(DataSection, cfg["data"], path, "data"), bench)
+        check_path_names(p)
         for spec in cfg.get("train") or []:
             if "average" in spec:
                 check_average_stage(path, spec)
@@ -85,9 +92,9 @@ class Pipeline:
     def format_dir(self, fmt: str | None = None) -> Path:
         """The dataset whose answers are in `fmt`: the main one (`data.fmt`), or `data_<fmt>` beside it for one of
         `data.formats` (same scenes, linked; only the answer text differs)."""
-        if fmt is None or fmt == self.cfg["data"].get("fmt", "text2"):
+        if fmt is None or fmt == self.data.fmt:
             return self.data_dir
-        if fmt not in (self.cfg["data"].get("formats") or []):
+        if fmt not in self.data.formats:
             raise ValueError(f"{self.config_path}: answer format {fmt!r} is neither data.fmt nor in data.formats")
         return self.out / f"data_{fmt}"
 
@@ -110,7 +117,7 @@ class Pipeline:
         spec = {s["name"]: s for s in self.cfg.get("train") or []}.get(stage) or {}
         if spec.get("average"):  # an average of checkpoints answers as they do
             return self.stage_format(spec["average"][0])
-        return spec.get("fmt") or self.cfg["data"].get("fmt", "text2")
+        return spec.get("fmt") or self.data.fmt
 
     def stage_file(self, name: str) -> Path:
         return self.out / "stages" / f"{name}.json"
@@ -162,22 +169,23 @@ class Pipeline:
         return is_diffusion(self.checkpoint(stage))
 
 
-def check_path_names(path: Path, cfg: dict) -> None:
+def check_path_names(p: Pipeline) -> None:
     """Every name the pipeline turns into a file or folder (stages: `<out>/ckpt/<name>`, `<out>/stages/<name>.json`,
     an export's `<dest>/<name>`; world variants: `<out>/data_variant_<name>`) is one plain path component."""
+    path, cfg = p.config_path, p.cfg
     for spec in cfg.get("train") or []:
         path_name(spec.get("name") if isinstance(spec, dict) else spec, f"{path}: train: stage name")
     for name in cfg.get("checkpoints") or {}:
         path_name(name, f"{path}: checkpoints")
     for key in ("variants", "train_variants"):
-        for name in (cfg.get("data") or {}).get(key) or {}:
+        for name in getattr(p.data, key):
             path_name(name, f"{path}: data.{key}")
 
 
-# The keys a pipeline config may have (`check_config_keys`); a top-level key starting with `_` only holds a YAML
-# anchor for the file's own stages, and `presets` holds the mappings a stage or its `set:` names with `use:`.
+# The keys a pipeline config may have (`check_config_keys`; `data:` has its model's, `sections.DataSection`); a
+# top-level key starting with `_` only holds a YAML anchor for the file's own stages, and `presets` holds the mappings
+# a stage or its `set:` names with `use:`.
 CONFIG_KEYS = ("out", "seed", "threads", "lanes", "checkpoints", "data", "train", "evaluate", "bench", "presets", "map")
-DATA_KEYS = ("families", "fmt", "formats", "per_family", "workers", "qa_weight", "variants", "train_variants", "phases")
 STAGE_KEYS = ("name", "recipe", "init", "teacher", "set", "fmt", "agg", "agg_rounds", "phases", "train_variants",
               "hard_braking", "aggregate", "average", "use")
 EVALUATE_KEYS = ("planners", "decode", "speed", "test_limit", "workers", "variants", "closedloop", "top5_overlap",
@@ -185,9 +193,12 @@ EVALUATE_KEYS = ("planners", "decode", "speed", "test_limit", "workers", "varian
 
 
 def check_config_keys(raw: dict, path: Path) -> None:
-    """One pipeline YAML's own keys (before its base is merged, so the error names the file that holds a typo)."""
+    """One pipeline YAML's own keys (before its base is merged, so the error names the file that holds a typo; the
+    merged `data:` is then parsed whole, nested keys and types too, by `Pipeline.load`)."""
+    from wamdiff.orchestration.sections import DataSection  # noqa: PLC0415  (torch, through BenchSection)
+
     refuse_unknown([k for k in raw if not str(k).startswith("_")], CONFIG_KEYS, f"{path}")
-    for key, allowed in (("data", DATA_KEYS), ("evaluate", EVALUATE_KEYS)):
+    for key, allowed in (("data", DataSection.model_fields), ("evaluate", EVALUATE_KEYS)):
         if isinstance(raw.get(key), dict):
             refuse_unknown(raw[key], allowed, f"{path}: {key}")
     for spec in [*(raw.get("train") or []), *(raw.get("train_extra") or [])]:
@@ -308,13 +319,12 @@ def stage_data(p: Pipeline, splits: tuple[str, ...] = ("train", "val", "test")) 
 
     from wamdiff.driving.dataset import generate_dataset
 
-    d = p.cfg["data"]
-    common = dict(families=d["families"], workers=int(d.get("workers", 2)))
+    d = p.data
+    common = dict(families=d.families, workers=d.workers)
     stats = {}
     for split in splits:
-        n = int(d["per_family"][split])
-        stats[split] = generate_dataset(p.data_dir, split=split, n=n, fmt=d.get("fmt", "text2"), **common)
-    for fmt in d.get("formats") or []:
+        stats[split] = generate_dataset(p.data_dir, split=split, n=d.scenes(split, p.config_path), fmt=d.fmt, **common)
+    for fmt in d.formats:
         other = p.format_dir(fmt)
         other.mkdir(parents=True, exist_ok=True)
         if not (other / "scenes").exists():
@@ -322,19 +332,17 @@ def stage_data(p: Pipeline, splits: tuple[str, ...] = ("train", "val", "test")) 
         for drops in p.data_dir.glob("drops_*.jsonl"):
             shutil.copyfile(drops, other / drops.name)
         for split in splits:  # every scene is there already: this writes the answer files in `fmt`
-            generate_dataset(other, split=split, n=int(d["per_family"][split]), fmt=fmt, progress=False, **common)
-    if d.get("phases") and "train" in splits:
-        phases = dict(d["phases"])
-        stats["phases"] = generate_dataset(p.phases_dir, split="train", n=int(phases.pop("per_family")),
-                                           fmt=d.get("fmt", "text2"), **common, **phases)
-    worlds = [(f"variant_{name}", p.variant_dir(name), "test", world) for name, world in (d.get("variants") or {}).items()]
+            generate_dataset(other, split=split, n=d.scenes(split, p.config_path), fmt=fmt, progress=False, **common)
+    if d.phases is not None and "train" in splits:
+        stats["phases"] = generate_dataset(p.phases_dir, split="train", n=d.phases.per_family, fmt=d.fmt, **common,
+                                           **d.phases.settings)
+    worlds = [(f"variant_{name}", p.variant_dir(name), "test", world) for name, world in d.variants.items()]
     if "train" in splits:
         worlds += [(f"train_{name}", p.train_variant_dir(name), "train", world)
-                   for name, world in (d.get("train_variants") or {}).items()]
+                   for name, world in d.train_variants.items()]
     for key, out, split, world in worlds:
-        n = int(world.get("per_family", d["per_family"][split]))
-        cfg = {k: v for k, v in world.items() if k != "per_family"}
-        stats[key] = generate_dataset(out, split=split, n=n, fmt=d.get("fmt", "text2"), **common, **cfg)
+        n = world.per_family or d.scenes(split, p.config_path)
+        stats[key] = generate_dataset(out, split=split, n=n, fmt=d.fmt, **common, **world.settings)
     return {"splits": stats}
 
 
@@ -371,7 +379,7 @@ def training_sources(p: Pipeline, spec: dict) -> list[dict]:
     busier and faster traffic at `train_variants`, and the expert scenes whose ego brakes hard at t0 once more at
     `hard_braking`."""
     data = p.format_dir(spec.get("fmt"))
-    qa_weight = float(p.cfg["data"].get("qa_weight", 0.0))
+    qa_weight = p.data.qa_weight
     sources = [{"path": str(data / "train.json"), "weight": 1.0}]
     if qa_weight > 0:
         sources.append({"path": str(data / "train_qa.json"), "weight": qa_weight})
@@ -386,18 +394,17 @@ def training_sources(p: Pipeline, spec: dict) -> list[dict]:
     elif spec.get("agg"):  # on-policy scenes of the aggregation rounds so far, at this share of the driving data
         sources.append({"path": str(data / "agg.json"), "weight": float(spec["agg"])})
     if spec.get("phases"):  # scenes from every phase of the routes (`data.phases`), at this share
-        if data != p.data_dir or not p.cfg["data"].get("phases"):
+        if data != p.data_dir or p.data.phases is None:
             raise ValueError(f"{p.config_path}: stage {spec['name']!r}: `phases` needs data.phases and the main "
                              "answer format")
         sources.append({"path": str(p.phases_dir / "train.json"), "weight": float(spec["phases"])})
     if spec.get("train_variants"):  # every `data.train_variants` set, at this share together, each by its size
-        names = list(p.cfg["data"].get("train_variants") or {})
+        names = list(p.data.train_variants)
         if data != p.data_dir or not names:
             raise ValueError(f"{p.config_path}: stage {spec['name']!r}: `train_variants` needs data.train_variants and "
                              "the main answer format")
         files = [p.train_variant_dir(n) / "train.json" for n in names]
-        sizes = [int(p.cfg["data"]["train_variants"][n].get("per_family", p.cfg["data"]["per_family"]["train"]))
-                 for n in names]
+        sizes = [p.data.train_variants[n].per_family or p.data.scenes("train", p.config_path) for n in names]
         sources += [{"path": str(f), "weight": float(spec["train_variants"]) * n / sum(sizes)} for f, n in zip(files, sizes)]
     if spec.get("hard_braking"):  # the expert scenes that start in hard braking, again at this share (a subset)
         from wamdiff.driving.dataset import write_hard_braking_split
@@ -520,12 +527,12 @@ def run_pipeline(config: str | Path, train_only: bool = False, stages: list[str]
     _threads(p)
     _log(p, f"pipeline start: {config}{' --from-scratch' if from_scratch else ''} {provenance()}")
     t0 = time.perf_counter()
-    run_stage(p, "data", lambda: stage_data(p), settings=p.cfg["data"])
+    run_stage(p, "data", lambda: stage_data(p), settings=p.cfg["data"])  # as written: `sections` says why
     unknown = set(stages or ()) - {s["name"] for s in training_stages(p)}
     if unknown:
         raise ValueError(f"{config}: no training stage named {sorted(unknown)}")
     plan = [s for s in training_stages(p) if s["name"] in stages] if stages is not None else \
-        stages_to_run(p.cfg, given=set(p.checkpoints))
+        stages_to_run(p.cfg, set(p.checkpoints), p.bench)
     lanes = int(p.cfg.get("lanes", 1))
     if stages is None and lanes > 1:
         run_lanes(plan, lanes, lambda s: stage_done(p, s["name"], s) is not None,
@@ -606,7 +613,7 @@ def run_demo(config: str | Path) -> dict:
     if missing:
         raise ValueError("demo checkpoints missing (run `make pipeline` to produce them): " + "; ".join(missing))
     t0 = time.perf_counter()
-    run_stage(p, "data", lambda: stage_data(p, splits=("test",)), settings=p.cfg["data"])
+    run_stage(p, "data", lambda: stage_data(p, splits=("test",)), settings=p.cfg["data"])  # as written
     results = run_evaluation(p, run_stage)
     report = write_report(p, results)
     console.print(f"[bold]demo finished in {time.perf_counter() - t0:.0f} s; report: {report}[/bold]")

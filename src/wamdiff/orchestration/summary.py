@@ -55,7 +55,7 @@ def _speed_reference(p, specs: dict) -> str | None:
     """The row "× AR" divides by: the AR VLA the students are converted from (`bench.ar`, the bench's AR side),
     else the first AR model row."""
     ar_rows = [n for n, s in specs.items() if s.kind == "model" and s.decode.mode == "ar"]
-    stage = (p.cfg.get("bench") or {}).get("ar")
+    stage = p.bench.ar if p.bench is not None else None
     source = next((n for n in ar_rows if stage and specs[n].checkpoint == p.checkpoint(stage)), None)
     return source or next(iter(ar_rows), None)
 

@@ -20,6 +20,14 @@ from wamdiff.decoding.answer import format_name
 from wamdiff.decoding.bench.prompts import BenchInputs
 
 
+PROMPTS = 8  # prompts per bench unless the settings say `prompts`
+# The other settings keys `paired_bench` reads: the grid's (`grid_from_settings`; `ordinal` is
+# `BenchGrid.ordinal_window`, `max_steps_per_block` the step caps' old name) and the headline's re-timing rounds.
+SETTINGS_KEYS = ("batch_sizes", "block_sizes", "thresholds", "dtypes", "max_new_tokens", "max_steps",
+                 "max_steps_per_block", "repeats", "compile", "step_cost", "caches", "device", "attention", "lean",
+                 "prefill_cache", "ordinal", "threads", "confirm_repeats")
+
+
 def _as_list(v) -> list:
     return list(v) if isinstance(v, (list, tuple)) else [v]
 
@@ -45,7 +53,7 @@ def grid_from_settings(st: dict) -> BenchGrid:
 def paired_bench(*, ar_checkpoint, diffusion_checkpoint, inputs: Callable[..., BenchInputs], out,
                  settings: dict | None = None, judge: Judge | None = None) -> dict:
     """`inputs(tokenizer, n=..., vision=..., image_processor=...)`: the caller's `BenchInputs` for the diffusion
-    model's tokenizer (n prompts: the settings' `prompts`, default 8). Writes bench.json / bench.png / bench.md under
+    model's tokenizer (n prompts: the settings' `prompts`, default `PROMPTS`). Writes bench.json / bench.png / bench.md under
     `out`; returns the result with `plot` (PNG path) and `markdown` (tables) added. `judge` (`bench.judge`, over the
     prompts in order): PDMS and comfort join the quality bound; prompts without expert answers (synthetic) have no
     scenes to judge on, so it is not used for them."""
@@ -58,7 +66,7 @@ def paired_bench(*, ar_checkpoint, diffusion_checkpoint, inputs: Callable[..., B
     model, tok = load_model(diffusion_checkpoint)
     ar_model, ar_tok = load_model(ar_checkpoint)
     vision = is_vision_model(model)
-    n = int(st.get("prompts", 8))
+    n = int(st.get("prompts", PROMPTS))
     inp = inputs(tok, n=n, vision=vision, image_processor=image_processor_for(model))
     prompts, expert, fmt = inp.prompts, inp.expert, inp.fmt
     if expert is None:

@@ -1,0 +1,111 @@
+"""The pipeline config's `data:` and `bench:` sections, typed: parsed once when the config loads (`Pipeline.load`:
+`p.data`, `p.bench`), each default written once here, a wrong type or an unknown key refused as one line naming the
+file and the field (`parse_section`).
+
+A stage's fingerprint still hashes the section as the YAML wrote it (`p.cfg["data"]`, `p.cfg["bench"]`), not these
+models: a default added here later must not re-run the finished stages of existing runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
+
+from wamdiff.decoding.bench.paired import PROMPTS, SETTINGS_KEYS
+from wamdiff.errors import UserError
+from wamdiff.names import FAMILIES, FORMATS
+
+Family = Literal[FAMILIES]  # type: ignore[valid-type]
+Format = Literal[FORMATS]  # type: ignore[valid-type]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class PerFamily(_Section):
+    """Scenes per road family of each split; a run needs only the splits it makes (the demo: `test`)."""
+
+    train: Optional[PositiveInt] = None
+    val: Optional[PositiveInt] = None
+    test: Optional[PositiveInt] = None
+
+
+class World(BaseModel):
+    """Scenes of other world settings: the `WorldConfig` fields (density, speed_scale, t0_spread_s, ...) passed to
+    the world as written, which checks them when the scenes are made; `per_family` overrides the split's count."""
+
+    model_config = ConfigDict(extra="allow")
+    per_family: Optional[PositiveInt] = None
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+class Phases(World):
+    """`data.phases`: training scenes whose t0 is spread along the routes, `per_family` of them per family."""
+
+    per_family: PositiveInt
+
+
+class DataSection(_Section):
+    """`data:` the scenes every stage trains and is evaluated on (`pipeline.stage_data`)."""
+
+    families: list[Family] = Field(default_factory=lambda: list(FAMILIES))
+    fmt: Format = "text2"  # the main dataset's answer format
+    formats: list[Format] = []  # the same scenes answered in these formats too (`Pipeline.format_dir`)
+    per_family: PerFamily = Field(default_factory=PerFamily)
+    workers: PositiveInt = 2  # scene-simulation processes (the data stage and the robustness map)
+    qa_weight: float = 0.0  # the QA pairs' share of a training stage's mixture
+    variants: dict[str, World] = {}  # test-only traffic variants (`Pipeline.variant_dir`)
+    train_variants: dict[str, World] = {}  # training-only ones, mixed in by a stage's `train_variants: w`
+    phases: Optional[Phases] = None
+
+    def scenes(self, split: str, path) -> int:
+        """Scenes per family of `split` (`per_family`), which the config at `path` must set for a run that makes it."""
+        n = getattr(self.per_family, split)
+        if n is None:
+            raise UserError(f"{path}: data.per_family.{split}: not set, and this run makes the {split} split")
+        return n
+
+
+class BenchSection(BaseModel):
+    """`bench:` the AR VLA (`ar`) against the diffusion student (`diffusion`), decoding speed on the same `prompts`
+    (`decoding.bench.paired_bench`). The grid's keys are those `paired.SETTINGS_KEYS` names, passed on as written:
+    `BenchGrid` checks their values when the bench starts (so a `device: cuda` config still loads on a CPU)."""
+
+    model_config = ConfigDict(extra="allow")
+    ar: str
+    diffusion: str
+    prompts: PositiveInt = PROMPTS
+    format: Optional[Format] = None  # the prompts' answer format; default: data.fmt
+
+    @model_validator(mode="after")
+    def _known_keys(self) -> "BenchSection":
+        unknown = [k for k in self.model_extra or {} if k not in SETTINGS_KEYS]
+        if unknown:
+            known = sorted([*type(self).model_fields, *SETTINGS_KEYS])
+            raise ValueError(f"unknown key {unknown[0]!r} (known: {', '.join(known)})")
+        return self
+
+    def settings(self, fmt: str) -> dict[str, Any]:
+        """What `paired_bench` takes: the grid's keys, the prompts and their format (`fmt` unless `format` is set)."""
+        return {**(self.model_extra or {}), "prompts": self.prompts, "format": self.format or fmt}
+
+
+def parse_section(model: type[BaseModel], raw, path, name: str):
+    """`raw` (the config's `name:` section) as `model`; the first problem as one UserError line:
+    `<path>: <name>.<field>: <what is wrong>`."""
+    try:
+        return model.model_validate({} if raw is None else raw)
+    except ValidationError as err:
+        e = err.errors()[0]
+        field = ".".join([name, *map(str, e["loc"])])
+        if e["type"] == "extra_forbidden":
+            *where, key = field.split(".")
+            raise UserError(f"{path}: {'.'.join(where)}: unknown key {key!r}") from None
+        what = e["msg"].removeprefix("Value error, ")
+        got = "" if e["type"] in ("missing", "value_error") else f", got {e['input']!r}"
+        raise UserError(f"{path}: {field}: {what}{got}") from None

@@ -1,0 +1,102 @@
+"""The pipeline config's `data:` and `bench:` sections, typed (`orchestration.sections`): one line naming the file and
+the field for a bad value, the defaults from the models, and the shipped configs read as they are written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from wamdiff.errors import UserError
+from wamdiff.orchestration.pipeline import Pipeline
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = sorted([*(ROOT / "configs").glob("*.yaml"), *(ROOT / "configs" / "studies").glob("*.yaml")])
+
+
+def _load(tmp_path, data: dict, **extra) -> Pipeline:
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump({"out": str(tmp_path / "run"), "data": data, **extra}))
+    return Pipeline.load(tmp_path / "c.yaml")
+
+
+@pytest.mark.parametrize("data, message", [
+    ({"fmtt": "delta"}, "data: unknown key 'fmtt'"),  # the file's own keys, before its base is merged
+    ({"per_family": {"tran": 3}}, "data.per_family: unknown key 'tran'"),
+    ({"workers": "two"}, "data.workers: Input should be a valid integer"),
+    ({"fmt": "delta2"}, "data.fmt: Input should be"),
+    ({"families": ["highway", "highwya"]}, "data.families.1: Input should be"),
+    ({"per_family": {"train": 0}}, "data.per_family.train: Input should be greater than 0"),
+    ({"variants": {"dense": {"per_family": "many"}}}, "data.variants.dense.per_family: Input should be a valid integer"),
+    ({"phases": {"t0_spread_s": 16.0}}, "data.phases.per_family: Field required"),
+])
+def test_a_bad_data_value_is_one_line_naming_the_file_and_the_field(tmp_path, data, message):
+    with pytest.raises(UserError) as err:
+        _load(tmp_path, data)
+    assert str(err.value).startswith(f"{tmp_path / 'c.yaml'}: {message}") and "\n" not in str(err.value)
+
+
+def test_a_bad_bench_key_is_one_line_naming_the_file(tmp_path):
+    with pytest.raises(UserError, match=r"c\.yaml: bench: unknown key 'threshold' \(known: .*thresholds"):
+        _load(tmp_path, {}, bench={"ar": "a", "diffusion": "b", "threshold": [0.9]})
+    with pytest.raises(UserError, match=r"c\.yaml: bench\.diffusion: Field required"):
+        _load(tmp_path, {}, bench={"ar": "a"})
+    with pytest.raises(UserError, match=r"c\.yaml: bench\.prompts: Input should be a valid integer"):
+        _load(tmp_path, {}, bench={"ar": "a", "diffusion": "b", "prompts": "all"})
+
+
+def test_the_cli_says_a_bad_data_value_in_one_line_with_exit_code_2(tmp_path, capsys):
+    from wamdiff.cli import main
+
+    (tmp_path / "c.yaml").write_text(f"out: {tmp_path / 'run'}\ndata: {{qa_weight: lots}}\n")
+    assert main(["pipeline", "--config", str(tmp_path / "c.yaml"), "--train-only"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {tmp_path / 'c.yaml'}: data.qa_weight: ")
+
+
+def test_a_data_key_typo_in_a_base_names_the_base(tmp_path):
+    (tmp_path / "base.yaml").write_text("out: o\ndata: {fmt: delta, qa_weigth: 0.1}\n")
+    (tmp_path / "study.yaml").write_text("base: base.yaml\n")
+    with pytest.raises(UserError, match=r"base\.yaml: data: unknown key 'qa_weigth'"):
+        Pipeline.load(tmp_path / "study.yaml")
+
+
+def test_the_defaults_come_from_the_model(tmp_path):
+    from wamdiff.names import FAMILIES
+    from wamdiff.orchestration.pipeline import training_sources
+    from wamdiff.orchestration.sections import DataSection
+
+    p = _load(tmp_path, {})
+    assert p.data == DataSection() and p.bench is None
+    assert (p.data.fmt, p.data.workers, p.data.qa_weight, p.data.families) == ("text2", 2, 0.0, list(FAMILIES))
+    assert p.format_dir("text2") == p.data_dir and p.stage_format("any") == "text2"
+    assert [s["weight"] for s in training_sources(p, {"name": "x"})] == [1.0]  # no QA pairs at weight 0
+    with pytest.raises(UserError, match=r"c\.yaml: data\.per_family\.train: not set"):
+        p.data.scenes("train", p.config_path)
+    bench = _load(tmp_path, {"fmt": "delta"}, bench={"ar": "a", "diffusion": "b", "ordinal": 2}).bench
+    assert bench.settings("delta") == {"ordinal": 2, "prompts": 8, "format": "delta"}  # grid keys as written
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+def test_a_shipped_config_reads_as_written(path):
+    """The typed sections hold exactly the YAML's values (nothing coerced, nothing dropped): the stage fingerprints,
+    which hash the sections as written, and the typed values describe the same settings."""
+    p = Pipeline.load(path)
+    assert p.data.model_dump(exclude_unset=True) == p.cfg["data"]
+    assert (p.bench.model_dump(exclude_unset=True) if p.bench else None) == p.cfg.get("bench")
+
+
+def test_the_bench_keys_are_those_paired_bench_reads():
+    """`paired.SETTINGS_KEYS` (what a `bench:` section may hold besides its own fields) covers every key
+    `grid_from_settings` reads, so a grid field added there cannot be refused by the config check."""
+    from wamdiff.decoding.bench.paired import SETTINGS_KEYS, grid_from_settings
+
+    read = set()
+
+    class Seen(dict):
+        def get(self, key, default=None):
+            read.add(key)
+            return super().get(key, default)
+
+    grid_from_settings(Seen())
+    assert read and read <= set(SETTINGS_KEYS)
