@@ -123,7 +123,7 @@ def test_every_prompt_path_uses_the_models_geometry(world):
     # bench: both prompt builders, and the CLI end to end
     converted, ctok = load_model(conv)
     proc = image_processor_for(converted)
-    prompts, _ = load_wamdiff2_json(w.data["train"], ctok, vision=True, limit=1, image_processor=proc)
+    prompts, _, _ = load_wamdiff2_json(w.data["train"], ctok, vision=True, limit=1, image_processor=proc)
     _expect_geometry(w, prompts[0])
     _expect_geometry(w, synthetic_prompts(ctok, 1, vision=True, image_processor=proc)[0])
     res = CliRunner().invoke(bench_app, ["--checkpoint", str(conv), "--data", str(w.data["train"]), "--n-prompts", "1",

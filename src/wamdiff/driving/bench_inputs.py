@@ -1,6 +1,7 @@
 """What `wamdiff bench` and the pipeline's bench stage decode, built from the driving layer and handed to the
 decode bench (`wamdiff.decoding.bench`, which knows no driving data): prompts from a WAM-Diff2 JSON (the one
-reader, `driving.wamdiff2_json`) or synthesised with the one prompt template (`driving.prompts`) and random camera
+reader and the one encoding of a sample, `driving.wamdiff2_json`: each sample's own prompt, all its cameras,
+the model's chat template) or synthesised with the one prompt template (`driving.prompts`) and random camera
 images; the answer format (`driving.answer_format`, given or guessed from the first expert answer); and the
 trajectory parser of the bench's L2 figures (the format's own, or guessed per answer when no format is known)."""
 
@@ -11,26 +12,23 @@ from pathlib import Path
 from wamdiff.decoding.bench.prompts import BenchInputs
 from wamdiff.driving.answer_format import BUILTIN, AnswerFormat, answer_format, guess_format
 from wamdiff.driving.prompts import PROMPT_TEMPLATE
-from wamdiff.driving.wamdiff2_json import read_samples, sample_images
-from wamdiff.errors import UserError
+from wamdiff.driving.wamdiff2_json import encode_sample_prompt, read_samples
 from wamdiff.models.processor import encode_prompt
 
 COMMANDS = ("left", "straight", "right", "unknown")
 
 
 def load_wamdiff2_json(path: Path, tokenizer, *, vision: bool, limit: int | None = None, image_processor=None):
-    """(prompts, expert answer texts) of the first `limit` samples of a WAM-Diff2 JSON / JSONL file, each prompt
-    encoded as training encodes it (its images by `sample_images`, its text through the chat template)."""
+    """(prompts, expert answer texts, sample ids) of the first `limit` samples of a WAM-Diff2 JSON / JSONL file, each
+    prompt encoded as training encodes it (`driving.wamdiff2_json.encode_sample_prompt`: its own human turn and all
+    its images, through the model's chat template)."""
     samples = read_samples(path)
     samples = samples[:limit] if limit else samples
-    prompts = []
-    for s in samples:
-        images = sample_images(s, path) if vision else []
-        try:
-            prompts.append(encode_prompt(tokenizer, s.human, images, vision=vision, image_processor=image_processor))
-        except ValueError as err:
-            raise UserError(f"{s.where or path}: sample {s.id!r}: {err}") from None
-    return prompts, [s.answer for s in samples]
+    if not samples:
+        raise ValueError(f"{path}: no samples")
+    prompts = [encode_sample_prompt(s, tokenizer, vision=vision, image_processor=image_processor, json_path=path)
+               for s in samples]
+    return prompts, [s.answer for s in samples], [str(s.id) for s in samples]
 
 
 def synthetic_prompts(tokenizer, n: int, *, vision: bool, seed: int = 0, image_processor=None):
@@ -70,12 +68,13 @@ def bench_format(fmt: str | AnswerFormat | None, expert: list[str] | None) -> An
 
 def bench_inputs(tokenizer, *, data: Path | None, n: int, vision: bool, image_processor=None,
                  fmt: str | AnswerFormat | None = None) -> BenchInputs:
-    """The first `n` samples of the WAM-Diff2 file `data` (prompts and expert answers), or `n` synthetic prompts
-    (no expert answers) when `data` is None; with the answer format and the parser the bench reads answers with."""
-    expert = None
+    """The first `n` samples of the WAM-Diff2 file `data` (prompts, expert answers and sample ids), or `n` synthetic
+    prompts (no expert answers, no ids) when `data` is None; with the answer format and the parser the bench reads answers with."""
+    expert = ids = None
     if data is not None:
-        prompts, expert = load_wamdiff2_json(Path(data), tokenizer, vision=vision, limit=n, image_processor=image_processor)
+        prompts, expert, ids = load_wamdiff2_json(Path(data), tokenizer, vision=vision, limit=n,
+                                                  image_processor=image_processor)
     else:
         prompts = synthetic_prompts(tokenizer, n, vision=vision, image_processor=image_processor)
     answer = bench_format(fmt, expert)
-    return BenchInputs(prompts, expert, answer, answer_parser(answer))
+    return BenchInputs(prompts, expert, answer, answer_parser(answer), ids)

@@ -5,6 +5,10 @@ One sample: {"id": str, "image": str | [str, ...] (optional), "conversations": [
 or one object per line (`.jsonl`). Image paths are resolved against `image_root` (default: the file's folder)
 and returned absolute. Extra keys go to `meta`; extra conversation turns go to `meta["extra_turns"]`.
 Errors name the file, the line (and column for JSON syntax) and what is wrong: `ValueError`.
+
+A sample's prompt has one encoding (`encode_sample_prompt`: its human turn with its images, however many cameras,
+through the model's chat template): training (`training.data.encode_sample`), `wamdiff eval openloop --data` and
+`wamdiff bench --data` (`driving.bench_inputs`) all come here.
 """
 
 from __future__ import annotations
@@ -154,9 +158,9 @@ def write_samples(samples: list[ConversationSample], path: str | Path, relative_
     return write_atomically(path, write, text=True)
 
 
-def sample_images(s, json_path: str | Path = "") -> list:
-    """The RGB images of a sample (`driving.wamdiff2_json.ConversationSample`), in its order; a missing, unreadable or
-    non-image file is a UserError naming the file, the sample and the field."""
+def sample_images(s: ConversationSample, json_path: str | Path = "") -> list:
+    """The RGB images of a sample, in its order; a missing, unreadable or non-image file is a UserError naming the
+    file, the sample and the field."""
     from PIL import Image
 
     from wamdiff.errors import UserError
@@ -171,3 +175,18 @@ def sample_images(s, json_path: str | Path = "") -> list:
                             f"({err.strerror or type(err).__name__}); fix the path (relative paths resolve "
                             "against the JSON file's folder, or data.image_root) or regenerate the data") from err
     return images
+
+
+def encode_sample_prompt(s: ConversationSample, tokenizer, *, vision: bool, image_processor=None,
+                         json_path: str | Path = ""):
+    """The one encoding of a sample's prompt (`models.processor.EncodedPrompt`): its human turn with its images
+    through the tokenizer's chat template (`models.processor.encode_prompt`; vision=False: text only, images not
+    read). A placeholder count that differs from the image count, or a template that does not render: a
+    ValueError naming the file and the sample."""
+    from wamdiff.models.processor import encode_prompt
+
+    images = sample_images(s, json_path) if vision else []
+    try:
+        return encode_prompt(tokenizer, s.human, images, vision=vision, image_processor=image_processor)
+    except ValueError as err:
+        raise ValueError(f"{s.where or json_path}: sample {s.id!r}: {err}") from None

@@ -162,6 +162,11 @@ def bench(
         raise typer.BadParameter(str(err)) from err
     console.print(f"threads={torch.get_num_threads()} params={sum(p.numel() for p in model.parameters()) / 1e6:.1f}M "
                   f"vision={is_vl} prompts={len(prompts)} grid={grid}")
+    if data is not None:
+        timed = inputs.described(str(data))
+        ids = ", ".join(timed["ids"][:4]) + (", ..." if len(timed["ids"]) > 4 else "")
+        console.print(f"prompts: {timed['prompts']} samples of {data} ({ids}), each its own prompt with its "
+                      f"{'/'.join(map(str, sorted(set(timed['images']))))} image(s)")
 
     def progress(row):
         if isinstance(row, str):
@@ -193,6 +198,7 @@ def bench(
     result = run_bench(model, tok, prompts, grid, expert=expert, fmt=answer, parse=parse, progress=progress,
                        ar_model=ar_model, journal=journal, ar_tokenizer=ar_tok, judge=scene_judge)
     result["source"] = str(checkpoint) if checkpoint else f"preset:{preset}"
+    result["inputs"] = inputs.described(str(data) if data is not None else None)  # which prompts were timed
     if tuned:
         result["tune"] = tuned
         attach_measurements(result)

@@ -1,9 +1,9 @@
 """Open-loop evaluation on a user's own WAM-Diff2 JSON (`wamdiff eval openloop --data samples.json`).
 
-Each sample is planned from its OWN prompt: its human turn and its images (however many cameras), encoded by the
-training path (`training.data.encode_sample`, through the model's chat template), decoded by the model planner
-(`eval.planners.ModelPlanner`), parsed in the checkpoint's answer format; the sample's `gpt` answer, parsed in the
-same format, is the logged future the plan is measured against (`eval.openloop`: L2 per 0.5 s step, ADE/FDE,
+Each sample is planned from its OWN prompt: its human turn and its images (however many cameras), encoded as
+training encodes it (`driving.wamdiff2_json.encode_sample_prompt`, through the model's chat template), decoded by
+the model planner (`eval.planners.ModelPlanner`), parsed in the checkpoint's answer format; the sample's `gpt`
+answer, parsed in the same format, is the logged future the plan is measured against (`eval.openloop`: L2 per 0.5 s step, ADE/FDE,
 failed plans). A sample stands in for a scene (`JsonSample`), so the scene evaluation's planning, aggregation and
 files are the same (`eval.run.evaluate_open` with no PDMS). A sample has no other agents and no ego state outside
 its prompt text: no collision rate, no hard-braking split.

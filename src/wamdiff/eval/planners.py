@@ -217,9 +217,9 @@ class ModelPlanner:
 
         model, tok = self._load()
         if getattr(item, "sample", None) is not None:
-            from wamdiff.training.data import encode_sample
+            from wamdiff.driving.wamdiff2_json import encode_sample_prompt
 
-            return encode_sample(item.sample, tok, vision=self._vision, image_processor=self._image_processor).prompt
+            return encode_sample_prompt(item.sample, tok, vision=self._vision, image_processor=self._image_processor)
         images = list(getattr(item, "images", None) or [item.image]) if self._vision else []
         return encode_prompt(tok, scene_prompt(item, self.prompt_template), images, vision=self._vision,
                              image_processor=self._image_processor)

@@ -138,19 +138,12 @@ def load_examples(json_path: str | Path, tokenizer, *, vision: bool, limit: int 
 
 def encode_sample(s, tokenizer, *, vision: bool, image_processor=None, json_path: str | Path = "",
                   source: int = 0) -> Example:
-    """One sample as training encodes it: its human turn with its images through the tokenizer's chat template
-    (`models.processor.encode_prompt`), and its answer ids. The one encoding of a WAM-Diff2 sample: training,
-    `wamdiff eval openloop --data FILE.json` come here; the bench reads the same images (`sample_images`) and
-    prompt encoding."""
-    from wamdiff.models.processor import encode_answer, encode_prompt
+    """One sample as training encodes it: its prompt as every path encodes it (`driving.wamdiff2_json.
+    encode_sample_prompt`: the human turn with its images through the tokenizer's chat template) and its answer ids."""
+    from wamdiff.driving.wamdiff2_json import encode_sample_prompt
+    from wamdiff.models.processor import encode_answer
 
-    from wamdiff.driving.wamdiff2_json import sample_images
-
-    images = sample_images(s, json_path) if vision else []
-    try:
-        prompt = encode_prompt(tokenizer, s.human, images, vision=vision, image_processor=image_processor)
-    except ValueError as err:
-        raise ValueError(f"{json_path or s.where}: sample {s.id!r}: {err}") from None
+    prompt = encode_sample_prompt(s, tokenizer, vision=vision, image_processor=image_processor, json_path=json_path)
     return Example(str(s.id), prompt, encode_answer(tokenizer, s.answer), s.answer, source)
 
 

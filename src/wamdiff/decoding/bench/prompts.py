@@ -17,16 +17,33 @@ Parser = Callable[[str], "ParsedAnswer | None"]  # answer text -> parsed waypoin
 class BenchInputs:
     """`prompts` (encoded, `models.processor.encode_prompt`), `expert` answer texts (one per prompt, or None),
     `fmt` (the answer format, `decoding.answer.AnswerFormat`: its grammar and ordinal read-out; None: neither) and
-    `parse` (how the bench reads waypoints from an answer text for its L2 figures; None: `fmt.parse`)."""
+    `parse` (how the bench reads waypoints from an answer text for its L2 figures; None: `fmt.parse`) and `ids` (what
+    the caller calls each prompt, e.g. its data's sample ids; None: unnamed, synthetic)."""
 
     prompts: list
     expert: list[str] | None = None
     fmt: AnswerFormat | None = None
     parse: Parser | None = None
+    ids: list[str] | None = None
 
     def __getitem__(self, s: slice) -> "BenchInputs":
-        """The first prompts (and their expert answers) only: `inputs[:n]`."""
-        return BenchInputs(self.prompts[s], None if self.expert is None else self.expert[s], self.fmt, self.parse)
+        """The first prompts (and their expert answers and ids) only: `inputs[:n]`."""
+        return BenchInputs(self.prompts[s], None if self.expert is None else self.expert[s], self.fmt, self.parse,
+                           None if self.ids is None else self.ids[s])
+
+    def described(self, source: str | None) -> dict:
+        """What was decoded, for a report: `source` (the data file; None: synthetic), the prompt ids, and per prompt
+        its images and image tokens (0 for a text prompt)."""
+        def images(p) -> int:
+            grid = getattr(p, "image_grid_thw", None)
+            return 0 if grid is None else int(grid.reshape(-1, 3).shape[0])
+
+        def image_tokens(p) -> int:
+            mm = getattr(p, "mm_token_type_ids", None)
+            return 0 if mm is None else int(mm.sum())
+
+        return {"data": source, "prompts": len(self.prompts), "ids": self.ids,
+                "images": [images(p) for p in self.prompts], "image_tokens": [image_tokens(p) for p in self.prompts]}
 
 
 def cycled(items: list, n: int) -> list:
