@@ -11,18 +11,12 @@ import json
 from pathlib import Path
 
 import numpy as np
-from PIL import Image
+from test_eval_own_inputs import FMT, SERVED, _two_camera_json
 from test_reliability_errors import assert_user_error, cli
 from test_training_fixtures import one_thread
 
-from wamdiff.driving.trajectory import format_trajectory
 
 ROOT = Path(__file__).resolve().parents[1]
-FMT = "bins"  # one token per number: an untrained model's answer parses
-HUMAN = ("Front camera: <image>\nRear camera: <image>\nThe navigation information is: {cmd}\n"
-         "Predict 8 waypoints for the next 4 seconds.")
-SERVED = ("Front camera: <image>\nRear camera: <image>\nThe navigation information is: {command}\n"
-          "The current velocity is: ({vx:.2f},{vy:.2f}) and current accelerate is: ({ax:.2f},{ay:.2f})")
 # the user's layout: "### role:" headers, no ChatML turns
 TEMPLATE = ("{%- for message in messages %}{{- '### ' + message.role + ':\\n' }}{%- if message.content is string %}"
             "{{- message.content }}{%- else %}{%- for item in message.content %}{%- if item.type == 'image' %}"
@@ -32,19 +26,8 @@ IDS = ["s0", "s1", "s2"]
 
 
 def _two_camera_samples(folder: Path) -> Path:
-    rng = np.random.default_rng(0)
-    samples = []
-    for i, sid in enumerate(IDS):
-        names = [f"{sid}_front.png", f"{sid}_rear.png"]
-        for name in names:
-            Image.fromarray(rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)).save(folder / name)
-        xy = np.stack([np.arange(1, 9) * (2.0 + i), np.linspace(0, 0.4 * i, 8)], 1)
-        samples.append({"id": sid, "image": names, "conversations": [
-            {"from": "human", "value": HUMAN.format(cmd=("left", "straight", "right")[i])},
-            {"from": "gpt", "value": format_trajectory(xy, FMT)}]})
-    path = folder / "samples.json"
-    path.write_text(json.dumps(samples))
-    return path
+    return _two_camera_json(folder, [np.stack([np.arange(1, 9) * (2.0 + i), np.linspace(0, 0.4 * i, 8)], 1)
+                                     for i in range(len(IDS))])
 
 
 def _ok(res):

@@ -40,15 +40,17 @@ def _user_vla(folder, prompt: str | None = None):
     return folder
 
 
-def _two_camera_json(folder):
+def _two_camera_json(folder, xys=XY):
+    """samples.json in `folder`: one sample per answer in `xys` (ids s0, s1, ...), two random 64x64 PNG cameras
+    each and the HUMAN prompt (its command cycling left, straight, right)."""
     rng = np.random.default_rng(0)
     samples = []
-    for i, xy in enumerate(XY):
+    for i, xy in enumerate(xys):
         names = [f"s{i}_front.png", f"s{i}_rear.png"]
         for name in names:
             Image.fromarray(rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)).save(folder / name)
         samples.append({"id": f"s{i}", "image": names, "conversations": [
-            {"from": "human", "value": HUMAN.format(cmd=("left", "straight")[i])},
+            {"from": "human", "value": HUMAN.format(cmd=("left", "straight", "right")[i % 3])},
             {"from": "gpt", "value": format_trajectory(xy, FMT)}]})
     path = folder / "samples.json"
     path.write_text(json.dumps(samples))
