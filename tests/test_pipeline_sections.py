@@ -87,9 +87,10 @@ def test_a_shipped_config_reads_as_written(path):
 
 
 def test_the_bench_keys_are_those_paired_bench_reads():
-    """`paired.SETTINGS_KEYS` (what a `bench:` section may hold besides its own fields) covers every key
+    """`bench_settings.SETTINGS_KEYS` (what a `bench:` section may hold besides its own fields) covers every key
     `grid_from_settings` reads, so a grid field added there cannot be refused by the config check."""
-    from wamdiff.decoding.bench.paired import SETTINGS_KEYS, grid_from_settings
+    from wamdiff.decoding.bench.paired import grid_from_settings
+    from wamdiff.decoding.bench_settings import SETTINGS_KEYS
 
     read = set()
 

@@ -12,7 +12,7 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
 
-from wamdiff.decoding.bench.paired import PROMPTS, SETTINGS_KEYS
+from wamdiff.decoding.bench_settings import PROMPTS, SETTINGS_KEYS
 from wamdiff.errors import UserError
 from wamdiff.names import FAMILIES, FORMATS
 
@@ -73,8 +73,9 @@ class DataSection(_Section):
 
 class BenchSection(BaseModel):
     """`bench:` the AR VLA (`ar`) against the diffusion student (`diffusion`), decoding speed on the same `prompts`
-    (`decoding.bench.paired_bench`). The grid's keys are those `paired.SETTINGS_KEYS` names, passed on as written:
-    `BenchGrid` checks their values when the bench starts (so a `device: cuda` config still loads on a CPU)."""
+    (`decoding.bench.paired_bench`). The grid's keys are those `decoding.bench_settings.SETTINGS_KEYS` names, passed
+    on as written: `BenchGrid` checks their values when the bench starts (so a `device: cuda` config still loads on a
+    CPU)."""
 
     model_config = ConfigDict(extra="allow")
     ar: str

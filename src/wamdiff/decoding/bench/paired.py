@@ -18,14 +18,7 @@ from wamdiff.decoding.bench.judge import Judge
 from wamdiff.decoding.bench.outputs import write_outputs
 from wamdiff.decoding.answer import format_name
 from wamdiff.decoding.bench.prompts import BenchInputs
-
-
-PROMPTS = 8  # prompts per bench unless the settings say `prompts`
-# The other settings keys `paired_bench` reads: the grid's (`grid_from_settings`; `ordinal` is
-# `BenchGrid.ordinal_window`, `max_steps_per_block` the step caps' old name) and the headline's re-timing rounds.
-SETTINGS_KEYS = ("batch_sizes", "block_sizes", "thresholds", "dtypes", "max_new_tokens", "max_steps",
-                 "max_steps_per_block", "repeats", "compile", "step_cost", "caches", "device", "attention", "lean",
-                 "prefill_cache", "ordinal", "threads", "confirm_repeats")
+from wamdiff.decoding.bench_settings import PROMPTS
 
 
 def _as_list(v) -> list:
