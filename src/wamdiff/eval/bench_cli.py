@@ -83,8 +83,9 @@ def bench(
                                                      "reference)."),
     resume: bool = typer.Option(True, help="Reuse the rows an interrupted run with the same grid, models and prompts "
                                            "left in OUT/bench.partial.jsonl."),
-    quick: bool = typer.Option(False, help="The timed grid only, shrunk: batch 1, the model's own B, tau 0.9, fp32, 64 tokens; no "
-                                           "step costs, no paired re-timing, roofline only from a cached cost model."),
+    quick: bool = typer.Option(False, help="The timed grid only, shrunk: batch 1, the model's own B, tau 0.9, fp32, "
+                                           "64 tokens; no step costs, no paired re-timing, roofline only from a cached "
+                                           "cost model."),
     tune: bool = typer.Option(False, help="Speed dial: measure the model's TPF/quality curve (batch 1, untimed) and this "
                                           "machine's step-cost model, report the dial's pick per batch size against "
                                           "the grid, and store the curve for DecodeConfig(block_size='auto'). Needs "
@@ -162,8 +163,8 @@ def bench(
         raise typer.BadParameter(str(err)) from err
     console.print(f"threads={torch.get_num_threads()} params={sum(p.numel() for p in model.parameters()) / 1e6:.1f}M "
                   f"vision={is_vl} prompts={len(prompts)} grid={grid}")
+    timed = inputs.described(str(data) if data is not None else None)  # which prompts are timed: console and report
     if data is not None:
-        timed = inputs.described(str(data))
         ids = ", ".join(timed["ids"][:4]) + (", ..." if len(timed["ids"]) > 4 else "")
         console.print(f"prompts: {timed['prompts']} samples of {data} ({ids}), each its own prompt with its "
                       f"{'/'.join(map(str, sorted(set(timed['images']))))} image(s)")
@@ -198,7 +199,7 @@ def bench(
     result = run_bench(model, tok, prompts, grid, expert=expert, fmt=answer, parse=parse, progress=progress,
                        ar_model=ar_model, journal=journal, ar_tokenizer=ar_tok, judge=scene_judge)
     result["source"] = str(checkpoint) if checkpoint else f"preset:{preset}"
-    result["inputs"] = inputs.described(str(data) if data is not None else None)  # which prompts were timed
+    result["inputs"] = timed
     if tuned:
         result["tune"] = tuned
         attach_measurements(result)

@@ -3,8 +3,8 @@
 Each sample is planned from its OWN prompt: its human turn and its images (however many cameras), encoded as
 training encodes it (`driving.wamdiff2_json.encode_sample_prompt`, through the model's chat template), decoded by
 the model planner (`eval.planners.ModelPlanner`), parsed in the checkpoint's answer format; the sample's `gpt`
-answer, parsed in the same format, is the logged future the plan is measured against (`eval.openloop`: L2 per 0.5 s step, ADE/FDE,
-failed plans). A sample stands in for a scene (`JsonSample`), so the scene evaluation's planning, aggregation and
+answer, parsed in the same format, is the logged future the plan is measured against (`eval.openloop`: L2 per 0.5 s
+step, ADE/FDE, failed plans). A sample stands in for a scene (`JsonSample`), so the scene evaluation's planning, aggregation and
 files are the same (`eval.run.evaluate_open` with no PDMS). A sample has no other agents and no ego state outside
 its prompt text: no collision rate, no hard-braking split.
 
@@ -60,11 +60,10 @@ def refuse_scene_planners(specs: dict, data: str | Path) -> None:
 
 def load_json_samples(path: str | Path, specs: dict, limit: int | None = None) -> list[JsonSample]:
     """The samples of a WAM-Diff2 file, checked for every model planner in `specs` (all share one answer format)."""
-    from wamdiff.driving.wamdiff2_json import read_samples
+    from wamdiff.driving.wamdiff2_json import read_samples, sample_images
     from wamdiff.errors import UserError
     from wamdiff.eval.planners import plan_from_text
     from wamdiff.models.tokens import IMAGE_PLACEHOLDER
-    from wamdiff.driving.wamdiff2_json import sample_images
 
     path = Path(path)
     if not path.is_file():
