@@ -15,18 +15,16 @@ import time
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 from rich.console import Console
 
 from wamdiff.errors import UserError
 from wamdiff.jsonfile import write_json
+from wamdiff.orchestration.sections import BenchSection, DataSection, parse_section
 from wamdiff.outdir import path_name
 from wamdiff.provenance import provenance
 from wamdiff.yamlconfig import read_config, refuse_unknown
-
-if TYPE_CHECKING:
-    from wamdiff.orchestration.sections import BenchSection, DataSection
 
 console = Console()
 
@@ -47,7 +45,6 @@ class Pipeline:
     def load(cls, path: str | Path, from_scratch: bool = False) -> "Pipeline":
         """The config at `path`; `from_scratch` drops the given checkpoints (`checkpoints:`) of stages the config
         can train, so those stages and what leads to them run too."""
-        from wamdiff.orchestration.sections import BenchSection, DataSection, parse_section  # noqa: PLC0415 (torch)
         from wamdiff.resources import config_file, shipped_path
 
         path = config_file(path)  # from the working directory, else the installed package's configs
@@ -195,8 +192,6 @@ EVALUATE_KEYS = ("planners", "decode", "speed", "test_limit", "workers", "varian
 def check_config_keys(raw: dict, path: Path) -> None:
     """One pipeline YAML's own keys (before its base is merged, so the error names the file that holds a typo; the
     merged `data:` is then parsed whole, nested keys and types too, by `Pipeline.load`)."""
-    from wamdiff.orchestration.sections import DataSection  # noqa: PLC0415  (torch, through BenchSection)
-
     refuse_unknown([k for k in raw if not str(k).startswith("_")], CONFIG_KEYS, f"{path}")
     for key, allowed in (("data", DataSection.model_fields), ("evaluate", EVALUATE_KEYS)):
         if isinstance(raw.get(key), dict):
