@@ -598,8 +598,23 @@ def test_the_step_caps_are_max_steps_and_the_old_name_still_reads(monkeypatch):
     assert grid_from_settings({}).max_steps == BenchGrid().max_steps == [32]
     grid = BenchGrid([1], [4], [0.9], ["fp32"], max_steps=[4, 2], caches=["exact"])
     prompts = [SimpleNamespace(input_ids=torch.arange(3))]
-    old_grid = {("max_steps_per_block" if k == "max_steps" else k): v for k, v in asdict(grid).items()}
+    # an older version's grid: the caps under their old name, and no cuda_graphs field (it came later)
+    old_grid = {("max_steps_per_block" if k == "max_steps" else k): v for k, v in asdict(grid).items()
+                if k != "cuda_graphs"}
     ident = {"grid": old_grid, "prompts": [[0, 1, 2]], "format": "delta", "model": "m", "ar_model": None}
     old = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
     monkeypatch.setattr(journal_mod, "model_fingerprint", lambda model: "m")
     assert fingerprint(grid, prompts, object(), None, "delta") == old
+    # graphs off is another benchmark: its journal must not resume the graphs-on run's rows
+    no_graphs = BenchGrid([1], [4], [0.9], ["fp32"], max_steps=[4, 2], caches=["exact"], cuda_graphs=False)
+    assert fingerprint(no_graphs, prompts, object(), None, "delta") != old
+
+
+def test_the_grid_passes_cuda_graphs_to_every_decode():
+    from wamdiff.decoding.bench.paired import grid_from_settings
+
+    assert BenchGrid().config().cuda_graphs is True
+    off = grid_from_settings({"cuda_graphs": False})
+    assert off.cuda_graphs is False
+    assert off.config().cuda_graphs is False
+    assert off.block_config((8, 0.9, 4, "exact")).cuda_graphs is False

@@ -201,6 +201,8 @@ def _best_ms(fn, repeats: int) -> float:
     fn()
     best = float("inf")
     for _ in range(repeats):
+        if torch.cuda.is_available():  # the warm-up's (or last repeat's) queued kernels are not this repeat's
+            torch.cuda.synchronize()
         t0 = time.perf_counter()
         fn()
         if torch.cuda.is_available():

@@ -8,11 +8,16 @@ and replayed: inputs are copied into static buffers, the graph replays the whole
 Capture happens at the first call of a shape, mid-decode, with that call's real inputs; the warm-up run
 on a side stream performs exactly the writes the step would, so the cache stays correct.
 
-NOT verified on a GPU in this repository's CI (no GPU here): `tests/test_decoding_cuda.py` compares it with the
-eager path and is skipped without CUDA.
+Python's garbage collector is off during a capture: a collection there can free an earlier runner's graphs, and
+destroying a graph while another is being captured invalidates the capture (seen on an H200: "operation not
+permitted when stream is capturing", then cudaErrorStreamCaptureInvalidated, in a benchmark that builds a runner
+per decode). `tests/test_decoding_cuda.py` compares graphs with the eager path (skipped without CUDA; run with
+`make test-gpu` or tools/gpu_check.sh).
 """
 
 from __future__ import annotations
+
+import gc
 
 import torch
 
@@ -39,8 +44,14 @@ class CudaGraphStep:
                     self.eager(s_ids, s_mask, s_pos, keep)
             torch.cuda.current_stream().wait_stream(stream)
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                out = self.eager(s_ids, s_mask, s_pos, keep)
+            collecting = gc.isenabled()
+            gc.disable()
+            try:
+                with torch.cuda.graph(graph):
+                    out = self.eager(s_ids, s_mask, s_pos, keep)
+            finally:
+                if collecting:
+                    gc.enable()
             entry = self.graphs[key] = (graph, s_ids, s_mask, s_pos, s_idx, out)
         graph, s_ids, s_mask, s_pos, s_idx, out = entry
         s_ids.copy_(ids)

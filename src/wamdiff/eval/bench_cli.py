@@ -78,7 +78,9 @@ def bench(
                                               "roofline then uses a cost model cached by an earlier run, if any)."),
     fmt: AnswerFormat = typer.Option(None, "--format", "--fmt", help="Answer format the L2 quality is parsed with "
                                                                      "(default: guessed from --data's first answer)."),
-    device: str = typer.Option("cpu", help="cpu or cuda[:i] (CUDA: the steps run as CUDA graphs unless --attention flashinfer)."),
+    device: str = typer.Option("cpu", help="cpu or cuda[:i]."),
+    cuda_graphs: bool = typer.Option(True, help="On CUDA, replay each fixed-shape decode step as a CUDA graph (SDPA "
+                                                "attention only; ignored on the CPU and with --attention flashinfer)."),
     attention: Attention = typer.Option("sdpa", help="Decode-step attention (flashinfer: CUDA only; torch_paged: a slow "
                                                      "reference)."),
     resume: bool = typer.Option(True, help="Reuse the rows an interrupted run with the same grid, models and prompts "
@@ -151,13 +153,14 @@ def bench(
     try:
         grid = BenchGrid(_ints(batch), _block_sizes(blocks), _floats(taus), dtype_list,
                          max_new_tokens, _ints(max_steps), repeats, compile_modes, step_cost,
-                         caches=cache_list, threads=thread_counts, device=device,
+                         caches=cache_list, threads=thread_counts, device=device, cuda_graphs=cuda_graphs,
                          attention=attention, lean=lean, ordinal_window=ordinal)
         if quick:  # measures the shrunken grid and nothing else: one block size, the one the model was trained at
             step_cost, confirm_repeats = False, 0
             trained = model_block_settings(model, tok)[0] or 32
             grid = BenchGrid([1], [trained], [0.9], ["fp32"], 64, _ints(max_steps), repeats, compile_modes, step_cost,
-                             caches=cache_list, threads=thread_counts, device=device, attention=attention, lean=lean,
+                             caches=cache_list, threads=thread_counts, device=device, cuda_graphs=cuda_graphs,
+                             attention=attention, lean=lean,
                              ordinal_window=ordinal)
     except ValueError as err:
         raise typer.BadParameter(str(err)) from err

@@ -74,6 +74,7 @@ class BenchGrid:
     threads: list[int] = field(default_factory=lambda: [0])
     device: str = "cpu"
     attention: str = "sdpa"  # DecodeConfig.attention, for AR and diffusion alike
+    cuda_graphs: bool = DecodeConfig.cuda_graphs  # DecodeConfig.cuda_graphs (CUDA, SDPA steps only), both sides
     lean: str = DecodeConfig.lean  # DecodeConfig.lean and prefill_cache, for AR and diffusion alike
     prefill_cache: bool = DecodeConfig.prefill_cache
     ordinal_window: int = 0  # DecodeConfig.ordinal_window of every diffusion point (AR decodes greedily)
@@ -129,7 +130,7 @@ class BenchGrid:
         """A `DecodeConfig` with the grid's shared settings (and the answer format's grammar, as planners decode)."""
         grammar = Grammar.for_format(tokenizer, fmt) if tokenizer is not None and fixed_width(fmt) else None
         return DecodeConfig(max_new_tokens=self.max_new_tokens, attention=self.attention, lean=self.lean,
-                            prefill_cache=self.prefill_cache, grammar=grammar, **kw)
+                            prefill_cache=self.prefill_cache, cuda_graphs=self.cuda_graphs, grammar=grammar, **kw)
 
     def block_config(self, point: tuple, tokenizer=None, fmt: AnswerFormat | None = None,
                      compile: bool = False) -> DecodeConfig:
@@ -192,6 +193,7 @@ def run_bench(model, tokenizer, prompts, grid: BenchGrid, *, expert=None, fmt: A
                 if cost is None:
                     cost = {"dtype": dname, "compile": comp, "threads": threads,
                             **step_cost(m, tokenizer, pool[0], grid.block_sizes, compile=comp, attention=grid.attention,
+                                        cuda_graphs=grid.cuda_graphs,
                                         n_tokens=grid.step_cost_tokens, repeats=grid.step_cost_repeats)}
                     if log:
                         log.add("cost", cost)

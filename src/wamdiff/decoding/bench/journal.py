@@ -58,6 +58,8 @@ def fingerprint(grid, prompts, model, ar_model, fmt: str | None = None, judged: 
     # hashed under the step cap's name before `BenchGrid.max_steps` was renamed (`max_steps_per_block`; old names are
     # read only here and in `paired.grid_from_settings`): a journal an older version left resumes
     grid = {("max_steps_per_block" if k == "max_steps" else k): v for k, v in grid.items()}
+    if grid.get("cuda_graphs") is True:  # the default is hashed as before the setting was a grid field
+        del grid["cuda_graphs"]
     ident = {"grid": grid, "prompts": [p.input_ids.reshape(-1).tolist() for p in prompts], "format": fmt,
              "model": model_fingerprint(model), "ar_model": None if ar_model is None else model_fingerprint(ar_model)}
     if judged:  # only then: an unjudged run keeps the fingerprint it had before judging existed

@@ -38,6 +38,7 @@ def grid_from_settings(st: dict) -> BenchGrid:
         repeats=int(st.get("repeats", d.repeats)), compile=[bool(c) for c in _as_list(st.get("compile", d.compile))],
         step_cost=bool(st.get("step_cost", d.step_cost)), caches=list(st.get("caches", d.caches)),
         device=str(st.get("device", d.device)), attention=str(st.get("attention", d.attention)),
+        cuda_graphs=bool(st.get("cuda_graphs", d.cuda_graphs)),
         lean=str(st.get("lean", d.lean)), prefill_cache=bool(st.get("prefill_cache", d.prefill_cache)),
         ordinal_window=int(st.get("ordinal", d.ordinal_window)), threads=[int(t) for t in _as_list(st.get("threads", 0))],
     )

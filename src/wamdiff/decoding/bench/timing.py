@@ -53,7 +53,7 @@ def summarize(gens: list[Generation], wall: float, batch: int = 1) -> dict:
 
 @torch.inference_mode()
 def step_cost(model, tokenizer, prompt, block_sizes, *, n_tokens: int = 64, repeats: int = 3, batch: int = 1,
-              compile: bool = False, attention: str = "sdpa") -> dict:
+              compile: bool = False, attention: str = "sdpa", cuda_graphs: bool = True) -> dict:
     """ms per forward inside the real decode loops: AR (1 token/forward) vs block-B with 1 token per forward
     (fixed strategy, B steps per block, EOS disabled). Pairs are interleaved; the minimum over repeats is kept."""
     pad = token_id(tokenizer, PAD)
@@ -61,7 +61,7 @@ def step_cost(model, tokenizer, prompt, block_sizes, *, n_tokens: int = 64, repe
     batch_p = collate_prompts([prompt] * batch, pad, next(model.parameters()).device,
                               pad_to_multiple=PROMPT_BUCKET if compile else 1)
     # as `generate` builds it; lean off: every step is the full B-row forward (the speedup's denominator)
-    kw = dict(compile=compile, cuda_graphs=attention == "sdpa", attention=attention, lean="off")
+    kw = dict(compile=compile, cuda_graphs=cuda_graphs and attention == "sdpa", attention=attention, lean="off")
 
     def per_forward(t0, forwards) -> float:
         n = int(forwards[0])  # reading the count waits for the device
