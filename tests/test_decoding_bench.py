@@ -472,7 +472,7 @@ def test_no_step_cost_measures_no_step_cost_model(tmp_path, monkeypatch):
 
 
 def test_quick_measures_the_shrunken_grid_and_nothing_else(tmp_path, monkeypatch):
-    """--quick: the grid of batch 1, the model's own B, tau 0.9, fp32, and no step costs, cost model or paired
+    """--quick: the grid of batch 1, the model's own B, tau 0.9, fp32, the first cache, and no step costs, cost model or paired
     re-timing."""
     from wamdiff.decoding import cost_model
     from wamdiff.decoding.bench import analysis, confirm, grid
@@ -481,10 +481,11 @@ def test_quick_measures_the_shrunken_grid_and_nothing_else(tmp_path, monkeypatch
     _forbid(monkeypatch, (analysis, "step_costs_for"), (cost_model, "measure_step_costs"), (grid, "step_cost"),
             (confirm, "confirm_headline"))
     res = CliRunner().invoke(app, ["--preset", "tiny", "--block-size", "8", "--quick", "--n-prompts", "1",
-                                   "--max-steps", "4", "--caches", "exact", "--out", str(tmp_path / "q")])
+                                   "--max-steps", "4", "--caches", "delayed,exact", "--out", str(tmp_path / "q")])
     assert res.exit_code == 0, res.output
     got = json.loads((tmp_path / "q" / "bench.json").read_text())
-    assert [(r["batch"], r["block_size"], r["threshold"], r["dtype"]) for r in got["rows"]] == [(1, 8, 0.9, "fp32")]
+    rows = [(r["batch"], r["block_size"], r["threshold"], r["dtype"], r["cache"]) for r in got["rows"]]
+    assert rows == [(1, 8, 0.9, "fp32", "delayed")]  # one setting: the first cache listed
     assert got["step_cost"] == [] and "roofline" not in got and "confirmed" not in got
 
 

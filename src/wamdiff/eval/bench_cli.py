@@ -85,9 +85,9 @@ def bench(
                                                      "reference)."),
     resume: bool = typer.Option(True, help="Reuse the rows an interrupted run with the same grid, models and prompts "
                                            "left in OUT/bench.partial.jsonl."),
-    quick: bool = typer.Option(False, help="The timed grid only, shrunk: batch 1, the model's own B, tau 0.9, fp32, "
-                                           "64 tokens; no step costs, no paired re-timing, roofline only from a cached "
-                                           "cost model."),
+    quick: bool = typer.Option(False, help="The timed grid only, shrunk to one setting: batch 1, the model's own B, "
+                                           "tau 0.9, fp32, the first of --caches, 64 tokens; no step costs, no paired "
+                                           "re-timing, roofline only from a cached cost model."),
     tune: bool = typer.Option(False, help="Speed dial: measure the model's TPF/quality curve (batch 1, untimed) and this "
                                           "machine's step-cost model, report the dial's pick per batch size against "
                                           "the grid, and store the curve for DecodeConfig(block_size='auto'). Needs "
@@ -155,11 +155,11 @@ def bench(
                          max_new_tokens, _ints(max_steps), repeats, compile_modes, step_cost,
                          caches=cache_list, threads=thread_counts, device=device, cuda_graphs=cuda_graphs,
                          attention=attention, lean=lean, ordinal_window=ordinal)
-        if quick:  # measures the shrunken grid and nothing else: one block size, the one the model was trained at
+        if quick:  # measures the shrunken grid and nothing else: one block size (the model's own), one cache
             step_cost, confirm_repeats = False, 0
             trained = model_block_settings(model, tok)[0] or 32
             grid = BenchGrid([1], [trained], [0.9], ["fp32"], 64, _ints(max_steps), repeats, compile_modes, step_cost,
-                             caches=cache_list, threads=thread_counts, device=device, cuda_graphs=cuda_graphs,
+                             caches=cache_list[:1], threads=thread_counts, device=device, cuda_graphs=cuda_graphs,
                              attention=attention, lean=lean,
                              ordinal_window=ordinal)
     except ValueError as err:
