@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from wamdiff.models import PRESETS, build_model, build_tokenizer, encode_prompt, image_processor_for, save_model
 from wamdiff.models.image_geometry import PREPROCESSOR_FILE, image_side, image_tokens
+from wamdiff.orchestration.sections import EvaluateSection
 from wamdiff.models.tokens import IMAGE_PAD as T_IMAGE_PAD
 
 # (patch, image side): patch 8 at 64 px is the presets' geometry; patch 16 at 128 px a Qwen3-VL-like one.
@@ -138,7 +139,7 @@ def test_every_prompt_path_uses_the_models_geometry(world):
     qa_spec = parse_specs([spec_text])[spec_text]
     # a student row decodes with the ordinal read-out, which free-text QA answers have no grid for
     qa_spec = replace(qa_spec, text="stage:m", decode=replace(qa_spec.decode, ordinal_window=2))
-    p = SimpleNamespace(cfg={"evaluate": {"qa_samples": 2}}, data_dir=w.root / "data", planners=lambda: {"m": qa_spec})
+    p = SimpleNamespace(evaluate=EvaluateSection(qa_samples=2), data_dir=w.root / "data", planners=lambda: {"m": qa_spec})
     assert stage_qa(p)["planners"]["m"]["n"] == 2
 
 

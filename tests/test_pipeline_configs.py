@@ -65,7 +65,7 @@ def test_the_small_chain_trains_only_its_own_stages_from_the_shipped_models():
     from wamdiff.orchestration.schedule import stages_to_run
 
     p = Pipeline.load(ROOT / "configs" / "small.yaml")
-    run = [s["name"] for s in stages_to_run(p.cfg, set(p.checkpoints), p.bench)]
+    run = [s["name"] for s in stages_to_run(p.cfg, set(p.checkpoints), p.evaluate, p.bench)]
     default = {s["name"] for s in Pipeline.load(ROOT / "configs" / "default.yaml").cfg["train"]}
     assert run and not set(run) & default  # none of the full-size chain's stages
     assert all(n.startswith("small_") or n.endswith("_small") for n in run)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from wamdiff.orchestration.schedule import run_lanes, stage_needs, stages_to_run
+from wamdiff.orchestration.sections import EvaluateSection
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,7 +42,7 @@ def test_needs_follow_init_teacher_planner_and_rounds():
 
 def test_a_given_checkpoint_cuts_what_only_leads_to_it():
     cfg = _cfg()
-    names = lambda given: [s["name"] for s in stages_to_run(cfg, given, None)]  # noqa: E731
+    names = lambda given: [s["name"] for s in stages_to_run(cfg, given, EvaluateSection(**cfg["evaluate"]), None)]  # noqa: E731
     every = [s["name"] for s in cfg["train"]]
     assert names(set()) == every  # nothing given: every stage (the arm is a last stage)
     del cfg["train"][-1]
@@ -54,11 +55,11 @@ def test_the_default_converts_the_given_ar_vla_and_from_scratch_trains_it():
     from wamdiff.orchestration.pipeline import Pipeline
 
     given = Pipeline.load(ROOT / "configs" / "default.yaml")
-    run = [s["name"] for s in stages_to_run(given.cfg, set(given.checkpoints), given.bench)]
+    run = [s["name"] for s in stages_to_run(given.cfg, set(given.checkpoints), given.evaluate, given.bench)]
     assert "ar_vla" not in run and "ar_sft" not in run and run[0] == "agg_r6_ar"
     assert given.checkpoint("ar_vla") == Path("checkpoints/ar_vla")
     scratch = Pipeline.load(ROOT / "configs" / "default.yaml", from_scratch=True)
-    full = [s["name"] for s in stages_to_run(scratch.cfg, set(scratch.checkpoints), scratch.bench)]
+    full = [s["name"] for s in stages_to_run(scratch.cfg, set(scratch.checkpoints), scratch.evaluate, scratch.bench)]
     assert full[: full.index("ar_vla") + 1][0] == "ar_sft" and set(run) < set(full)
     assert scratch.checkpoint("ar_vla") == scratch.out / "ckpt" / "ar_vla" / "final"
 

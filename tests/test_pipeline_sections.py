@@ -1,4 +1,4 @@
-"""The pipeline config's `data:` and `bench:` sections, typed (`orchestration.sections`): one line naming the file and
+"""The pipeline config's `data:`, `evaluate:` and `bench:` sections, typed (`orchestration.sections`): one line naming the file and
 the field for a bad value, the defaults from the models, and the shipped configs read as they are written."""
 
 from __future__ import annotations
@@ -34,6 +34,33 @@ def test_a_bad_data_value_is_one_line_naming_the_file_and_the_field(tmp_path, da
     with pytest.raises(UserError) as err:
         _load(tmp_path, data)
     assert str(err.value).startswith(f"{tmp_path / 'c.yaml'}: {message}") and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("evaluate, message", [
+    ({"planer": {}}, "evaluate: unknown key 'planer'"),  # the file's own keys
+    ({"closedloop": {"routes": "all"}}, "evaluate.closedloop.routes: Input should be 'dev' or 'full'"),
+    ({"closedloop": {"route": "dev"}}, "evaluate.closedloop: unknown key 'route'"),
+    ({"qa_samples": 0}, "evaluate.qa_samples: Input should be greater than 0"),
+    ({"workers": "many"}, "evaluate.workers: Input should be a valid integer"),
+    ({"top5_overlap": {"student": "s", "ar_teacher": "a"}}, "evaluate.top5_overlap.diffusion_teacher: Field required"),
+    ({"planners": {"AR": 3}}, "evaluate.planners.AR: Input should be a valid string"),
+])
+def test_a_bad_evaluate_value_is_one_line_naming_the_file_and_the_field(tmp_path, evaluate, message):
+    with pytest.raises(UserError) as err:
+        _load(tmp_path, {}, evaluate=evaluate)
+    assert str(err.value).startswith(f"{tmp_path / 'c.yaml'}: {message}") and "\n" not in str(err.value)
+
+
+def test_an_empty_closed_loop_or_overlap_is_off_as_an_absent_one(tmp_path):
+    """`closedloop: {}` and `top5_overlap: false` run nothing, as they did when the section was read as a dict; a
+    closed loop with only a route set takes the other defaults, and its model planners drive every route."""
+    ev = _load(tmp_path, {}, evaluate={"closedloop": {}, "top5_overlap": False}).evaluate
+    assert ev.closedloop is None and ev.top5_overlap is None
+    cl = _load(tmp_path, {}, evaluate={"closedloop": {"routes": "full"}}).evaluate.closedloop
+    assert (cl.routes, cl.per_family, cl.limit, cl.model_routes) == ("full", None, None, None)
+    assert _load(tmp_path, {}).evaluate.model_dump() == {
+        "planners": {}, "decode": {}, "speed": {}, "test_limit": None, "workers": 1, "variants": False,
+        "closedloop": None, "top5_overlap": None, "bev_plots": 4, "qa_samples": 64, "recorded": None}
 
 
 def test_a_bad_bench_key_is_one_line_naming_the_file(tmp_path):
@@ -84,6 +111,7 @@ def test_a_shipped_config_reads_as_written(path):
     p = Pipeline.load(path)
     assert p.data.model_dump(exclude_unset=True) == p.cfg["data"]
     assert (p.bench.model_dump(exclude_unset=True) if p.bench else None) == p.cfg.get("bench")
+    assert p.evaluate.model_dump(exclude_unset=True) == (p.cfg.get("evaluate") or {})
 
 
 def test_the_bench_keys_are_those_paired_bench_reads():

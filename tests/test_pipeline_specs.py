@@ -128,9 +128,11 @@ def test_overlap_and_bench_run_again_when_a_model_they_read_is_retrained(tmp_pat
     import os
 
     from wamdiff.orchestration.eval_stages import model_stage_settings
+    from wamdiff.orchestration.sections import EvaluateSection
 
     p = _chain(tmp_path, bench={"ar": "ar", "diffusion": "b"})
     p.cfg["evaluate"] = {"top5_overlap": {"student": "c", "diffusion_teacher": "b", "ar_teacher": "ar"}}
+    p.evaluate = EvaluateSection(**p.cfg["evaluate"])  # as `Pipeline.load` parses it
     for stage in ("a", "b", "c"):
         p.checkpoint(stage).mkdir(parents=True)
         (p.checkpoint(stage) / "model.safetensors").write_bytes(b"x" * 8)

@@ -37,8 +37,7 @@ def weights_key(checkpoint) -> list:
 
 def planned_settings(p) -> dict:
     """What every row's plans depend on besides the row itself (`row_settings`)."""
-    cfg = p.cfg["evaluate"]
-    return {"test_limit": cfg.get("test_limit"), "version": EVAL_VERSION}
+    return {"test_limit": p.evaluate.test_limit, "version": EVAL_VERSION}
 
 
 def row_settings(p, name: str, spec) -> dict:
@@ -56,8 +55,8 @@ def row_settings(p, name: str, spec) -> dict:
 def model_stage_settings(p, stage: str) -> dict:
     """The `overlap` / `bench` stage's settings: its config section as written and the weights of the models it reads."""
     if stage == "overlap":
-        section = p.cfg["evaluate"]["top5_overlap"]
-        models = {k: section[k] for k in ("student", "diffusion_teacher", "ar_teacher")}
+        section, o = p.cfg["evaluate"]["top5_overlap"], p.evaluate.top5_overlap  # hashed as written
+        models = {"student": o.student, "diffusion_teacher": o.diffusion_teacher, "ar_teacher": o.ar_teacher}
     else:
         section, models = p.cfg["bench"], {"ar": p.bench.ar, "diffusion": p.bench.diffusion}
     settings = {stage: section, "checkpoints": p.cfg.get("checkpoints"),
@@ -83,7 +82,7 @@ def _test_scenes(p, variant: str | None):
     from wamdiff.eval.data import load_scenes
 
     data = p.data_dir if variant is None else p.variant_dir(variant)
-    scenes, problems = load_scenes(data / "scenes", split="test", limit=p.cfg["evaluate"].get("test_limit"))
+    scenes, problems = load_scenes(data / "scenes", split="test", limit=p.evaluate.test_limit)
     if not scenes:
         raise ValueError(f"{data / 'scenes'}: no test scenes to evaluate")
     return scenes, problems
@@ -115,7 +114,7 @@ def stage_speed(p) -> dict:
     model_rows = {n: make_planner(s) for n, s in p.planners().items() if s.kind == "model"}
     if not model_rows:
         return {"planners": {}}
-    return {"planners": time_planners(model_rows, scenes, SpeedProbe.from_dict(p.cfg["evaluate"].get("speed", {})))}
+    return {"planners": time_planners(model_rows, scenes, SpeedProbe.from_dict(p.evaluate.speed))}
 
 
 def stage_closed(p, rows: dict) -> dict:
@@ -123,11 +122,11 @@ def stage_closed(p, rows: dict) -> dict:
     from wamdiff.eval.closedloop import route_set
     from wamdiff.eval.run import evaluate_closed
 
-    cl = p.cfg["evaluate"].get("closedloop", {})
-    routes = route_set(cl.get("routes", "dev"), per_family=cl.get("per_family"))[: cl.get("limit")]
-    n_model = int(cl.get("model_routes", len(routes)))
+    cl = p.evaluate.closedloop
+    routes = route_set(cl.routes, per_family=cl.per_family)[: cl.limit]
+    n_model = len(routes) if cl.model_routes is None else cl.model_routes
     return {"planners": evaluate_closed(rows, routes, p.out / "eval", model_routes=n_model,
-                                        route_set=cl.get("routes", "dev"), executor=_executor(p))}
+                                        route_set=cl.routes, executor=_executor(p))}
 
 
 def _executor(p):
@@ -135,7 +134,7 @@ def _executor(p):
     one process's, `eval.fanout`); model planning of the open-loop scenes stays batched in this process."""
     from wamdiff.executors import ExecutorConfig
 
-    workers = int(p.cfg["evaluate"].get("workers", 1))
+    workers = p.evaluate.workers
     return ExecutorConfig(workers=workers) if workers > 1 else None
 
 
@@ -145,7 +144,7 @@ def stage_qa(p) -> dict:
     against the first model row, the paired difference on the same questions."""
     from wamdiff.eval.qa_retention import accuracy, answer_questions, qa_summary
 
-    limit = int(p.cfg["evaluate"].get("qa_samples", 64))
+    limit = p.evaluate.qa_samples
     rows_by = {name: answer_questions(spec, p.data_dir / "test_qa.json", limit)
                for name, spec in p.planners().items() if spec.kind == "model" and spec.text.startswith("stage:")}
     summary = qa_summary(rows_by, next(iter(rows_by), None))
@@ -161,13 +160,12 @@ def stage_overlap(p) -> dict:
     """Top-5 overlap of the student with a diffusion teacher and with an AR teacher on the same masked positions."""
     from wamdiff.training.evaluation import teacher_student_overlap
 
-    o = p.cfg["evaluate"]["top5_overlap"]
-    student = p.checkpoint(o["student"])
+    o = p.evaluate.top5_overlap
+    student = p.checkpoint(o.student)
     res = {}
-    for kind in ("diffusion", "ar"):
-        teacher = p.checkpoint(o[f"{kind}_teacher"])
-        res[kind] = teacher_student_overlap(student, teacher, teacher_kind=kind, data=p.data_dir / "val.json",
-                                            samples=int(o.get("samples", 64)), seed=int(p.cfg.get("seed", 0)))
+    for kind, teacher in (("diffusion", o.diffusion_teacher), ("ar", o.ar_teacher)):
+        res[kind] = teacher_student_overlap(student, p.checkpoint(teacher), teacher_kind=kind, data=p.data_dir / "val.json",
+                                            samples=o.samples, seed=int(p.cfg.get("seed", 0)))
     return res
 
 
@@ -198,9 +196,9 @@ def run_evaluation(p, run_stage) -> dict:
     """Every evaluation stage; open and closed loop one stage per report row (see the module docstring)."""
     from wamdiff.eval.run import combine_closed, combine_open
 
-    cfg = p.cfg["evaluate"]
+    cfg, ev = p.cfg.get("evaluate") or {}, p.evaluate  # stage settings hash the section as written (`sections`)
     planned = planned_settings(p)
-    plots = int(cfg.get("bev_plots", 4))
+    plots = ev.bev_plots
     opened = per_row(p, run_stage, "eval_open", planned, lambda rows: stage_open(p, rows))
     model_rows = {n: row_settings(p, n, s) for n, s in p.planners().items() if s.kind == "model"}
     speed = run_stage(p, "eval_speed", lambda: stage_speed(p),
@@ -209,14 +207,14 @@ def run_evaluation(p, run_stage) -> dict:
         opened[name] = {**opened[name], "speed": timings}
     combine_open(eval_dir(p), opened, _test_scenes(p, None)[0], plots)
     results = {"open": {"planners": opened}}
-    if cfg.get("variants") and p.data.variants:
+    if ev.variants and p.data.variants:
         results["open_variants"] = {}
         for name in p.data.variants:  # the stage's settings hold the variant as written (`sections`)
             got = per_row(p, run_stage, f"eval_open_{name}", {**planned, "variant": p.cfg["data"]["variants"][name]},
                           lambda rows, name=name: stage_open(p, rows, name))
             combine_open(eval_dir(p, name), got, _test_scenes(p, name)[0])
             results["open_variants"][name] = {"planners": got}
-    if cfg.get("closedloop"):
+    if ev.closedloop is not None:
         closed = per_row(p, run_stage, "eval_closed", {**planned, "closedloop": cfg["closedloop"]},
                          lambda rows: stage_closed(p, rows))
         combine_closed(p.out / "eval", closed)
@@ -229,7 +227,7 @@ def run_evaluation(p, run_stage) -> dict:
             **planned, "map": p.cfg["map"], "rows": {n: row_settings(p, n, s) for n, s in specs.items()}})
     results["qa"] = run_stage(p, "eval_qa", lambda: stage_qa(p), settings={**planned, "rows": model_rows,
                                                                          "qa_samples": cfg.get("qa_samples")})
-    if cfg.get("top5_overlap"):
+    if ev.top5_overlap is not None:
         results["overlap"] = run_stage(p, "overlap", lambda: stage_overlap(p), settings=model_stage_settings(p, "overlap"))
     if p.bench is not None:
         results["bench"] = run_stage(p, "bench", lambda: stage_bench(p), settings=model_stage_settings(p, "bench"))

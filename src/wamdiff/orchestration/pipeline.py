@@ -21,7 +21,7 @@ from rich.console import Console
 
 from wamdiff.errors import UserError
 from wamdiff.jsonfile import write_json
-from wamdiff.orchestration.sections import BenchSection, DataSection, parse_section
+from wamdiff.orchestration.sections import BenchSection, DataSection, EvaluateSection, parse_section
 from wamdiff.outdir import path_name
 from wamdiff.provenance import provenance
 from wamdiff.yamlconfig import read_config, refuse_unknown
@@ -37,7 +37,8 @@ class Pipeline:
     config_path: Path
     cfg: dict
     out: Path
-    data: DataSection  # `data:` and `bench:` typed (`orchestration.sections`); `cfg` keeps them as written
+    data: DataSection  # `data:`, `evaluate:` and `bench:` typed (`orchestration.sections`); `cfg` keeps them as written
+    evaluate: EvaluateSection = field(default_factory=EvaluateSection)
     bench: BenchSection | None = None
     checkpoints: dict[str, Path] = field(default_factory=dict)  # stage name -> final model dir
 
@@ -62,14 +63,15 @@ class Pipeline:
             trained = {s["name"] for s in cfg.get("train") or []}
             cfg["checkpoints"] = {k: v for k, v in cfg["checkpoints"].items() if k not in trained}
         bench = parse_section(BenchSection, cfg["bench"], path, "bench") if cfg.get("bench") else None
-        p = cls(path, cfg, Path(cfg["out"]), parse_section(DataSection, cfg["data"], path, "data"), bench)
+        p = cls(path, cfg, Path(cfg["out"]), parse_section(DataSection, cfg["data"], path, "data"),
+                parse_section(EvaluateSection, cfg.get("evaluate"), path, "evaluate"), bench)
         check_path_names(p)
         for spec in cfg.get("train") or []:
             if "average" in spec:
                 check_average_stage(path, spec)
         for name, ckpt in (cfg.get("checkpoints") or {}).items():  # demo: shipped checkpoints
             p.checkpoints[name] = shipped_path(ckpt)  # here, else under $WAMDIFF_CHECKPOINTS
-        if cfg.get("evaluate", {}).get("planners"):
+        if p.evaluate.planners:
             try:
                 p.planners()  # every planner spec checked now, not after hours of training
             except ValueError as err:
@@ -77,7 +79,7 @@ class Pipeline:
         from wamdiff.eval.plan_timing import SpeedProbe  # noqa: PLC0415  (eval is below the pipeline)
 
         try:
-            SpeedProbe.from_dict((cfg.get("evaluate") or {}).get("speed", {}))
+            SpeedProbe.from_dict(p.evaluate.speed)
         except (TypeError, ValueError) as err:
             raise ValueError(f"{path}: {err}") from None
         return p
@@ -135,7 +137,7 @@ class Pipeline:
         if not spec.startswith("stage:"):
             return PlannerSpec.parse(spec)
         stage, *items = spec.split(":", 1)[1].split(",")
-        decode, own = dict(self.cfg.get("evaluate", {}).get("decode", {})), split_options(spec, items)
+        decode, own = dict(self.evaluate.decode), split_options(spec, items)
         if not self.is_diffusion_stage(stage):  # an AR row decodes greedily: `evaluate.decode`'s block settings
             def without(options, names):  # are the students'
                 return {k: v for k, v in options.items() if k in PLANNER_OPTIONS or setting_name(k, spec) not in names}
@@ -144,7 +146,7 @@ class Pipeline:
 
     def planners(self) -> dict:
         """{report row name: PlannerSpec} of `evaluate.planners`."""
-        return {name: self.planner(spec) for name, spec in self.cfg["evaluate"]["planners"].items()}
+        return {name: self.planner(spec) for name, spec in self.evaluate.planners.items()}
 
     def is_diffusion_stage(self, stage: str) -> bool:
         """Whether a stage's model decodes block by block: its recipe kind when the pipeline trains it, else the
@@ -185,15 +187,13 @@ def check_path_names(p: Pipeline) -> None:
 CONFIG_KEYS = ("out", "seed", "threads", "lanes", "checkpoints", "data", "train", "evaluate", "bench", "presets", "map")
 STAGE_KEYS = ("name", "recipe", "init", "teacher", "set", "fmt", "agg", "agg_rounds", "phases", "train_variants",
               "hard_braking", "aggregate", "average", "use")
-EVALUATE_KEYS = ("planners", "decode", "speed", "test_limit", "workers", "variants", "closedloop", "top5_overlap",
-                 "bev_plots", "qa_samples", "recorded")
 
 
 def check_config_keys(raw: dict, path: Path) -> None:
     """One pipeline YAML's own keys (before its base is merged, so the error names the file that holds a typo; the
     merged `data:` is then parsed whole, nested keys and types too, by `Pipeline.load`)."""
     refuse_unknown([k for k in raw if not str(k).startswith("_")], CONFIG_KEYS, f"{path}")
-    for key, allowed in (("data", DataSection.model_fields), ("evaluate", EVALUATE_KEYS)):
+    for key, allowed in (("data", DataSection.model_fields), ("evaluate", EvaluateSection.model_fields)):
         if isinstance(raw.get(key), dict):
             refuse_unknown(raw[key], allowed, f"{path}: {key}")
     for spec in [*(raw.get("train") or []), *(raw.get("train_extra") or [])]:
@@ -529,7 +529,7 @@ def run_pipeline(config: str | Path, train_only: bool = False, stages: list[str]
     if unknown:
         raise ValueError(f"{config}: no training stage named {sorted(unknown)}")
     plan = [s for s in training_stages(p) if s["name"] in stages] if stages is not None else \
-        stages_to_run(p.cfg, set(p.checkpoints), p.bench)
+        stages_to_run(p.cfg, set(p.checkpoints), p.evaluate, p.bench)
     lanes = int(p.cfg.get("lanes", 1))
     if stages is None and lanes > 1:
         run_lanes(plan, lanes, lambda s: stage_done(p, s["name"], s) is not None,
@@ -566,7 +566,7 @@ def export_checkpoints(config: str | Path, dest: str | Path, stages: list[str], 
     from wamdiff.eval.specs import PLANNER_OPTIONS
 
     # the students' block settings, recorded as the config spells them (`models.recorded.recorded_decode`)
-    decode = {k: v for k, v in (p.cfg.get("evaluate") or {}).get("decode", {}).items()
+    decode = {k: v for k, v in p.evaluate.decode.items()
               if k not in PLANNER_OPTIONS and setting_name(k, f"{p.config_path}: evaluate.decode") in BLOCK_SETTINGS}
     for stage in stages:
         src = p.checkpoint(stage)

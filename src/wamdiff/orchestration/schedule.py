@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 
 if TYPE_CHECKING:
-    from wamdiff.orchestration.sections import BenchSection
+    from wamdiff.orchestration.sections import BenchSection, EvaluateSection
 
 console = Console()
 
@@ -43,24 +43,23 @@ def stage_needs(stage: dict, stages: list[dict]) -> list[str]:
     return need
 
 
-def referenced_stages(cfg: dict, bench: BenchSection | None) -> set[str]:
-    """Stages the evaluation, the overlap and the bench (the config's typed `bench:`, `Pipeline.bench`) read."""
-    ev = cfg.get("evaluate") or {}
-    names = {spec[len("stage:"):].split(",")[0] for spec in (ev.get("planners") or {}).values()
-             if spec.startswith("stage:")}
-    overlap = ev.get("top5_overlap") or {}
-    names |= {overlap[k] for k in ("student", "diffusion_teacher", "ar_teacher") if k in overlap}
+def referenced_stages(evaluate: EvaluateSection, bench: BenchSection | None) -> set[str]:
+    """Stages the evaluation, the overlap and the bench read (the config's typed `evaluate:` and `bench:`)."""
+    names = {spec[len("stage:"):].split(",")[0] for spec in evaluate.planners.values() if spec.startswith("stage:")}
+    overlap = evaluate.top5_overlap
+    if overlap is not None:
+        names |= {overlap.student, overlap.diffusion_teacher, overlap.ar_teacher}
     names |= {bench.ar, bench.diffusion} if bench is not None else set()
     return names
 
 
-def stages_to_run(cfg: dict, given: set[str], bench: BenchSection | None) -> list[dict]:
+def stages_to_run(cfg: dict, given: set[str], evaluate: EvaluateSection, bench: BenchSection | None) -> list[dict]:
     """The training stages to run, in config order: every stage the references and the last stages need, not
     looking behind a `given` stage."""
     stages = list(cfg.get("train") or [])
     by_name = {s["name"]: s for s in stages}
     needed_by_others = {n for s in stages for n in stage_needs(s, stages)}
-    todo = [n for n in referenced_stages(cfg, bench) | {s["name"] for s in stages} - needed_by_others if n in by_name]
+    todo = [n for n in referenced_stages(evaluate, bench) | {s["name"] for s in stages} - needed_by_others if n in by_name]
     run: set[str] = set()
     while todo:
         name = todo.pop()

@@ -1,8 +1,8 @@
-"""The pipeline config's `data:` and `bench:` sections, typed: parsed once when the config loads (`Pipeline.load`:
-`p.data`, `p.bench`), each default written once here, a wrong type or an unknown key refused as one line naming the
-file and the field (`parse_section`).
+"""The pipeline config's `data:`, `evaluate:` and `bench:` sections, typed: parsed once when the config loads
+(`Pipeline.load`: `p.data`, `p.evaluate`, `p.bench`), each default written once here, a wrong type or an unknown key
+refused as one line naming the file and the field (`parse_section`).
 
-A stage's fingerprint still hashes the section as the YAML wrote it (`p.cfg["data"]`, `p.cfg["bench"]`), not these
+A stage's fingerprint still hashes the section as the YAML wrote it (`p.cfg["data"]`, `p.cfg["bench"]`, ...), not these
 models: a default added here later must not re-run the finished stages of existing runs.
 """
 
@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, ValidationError, field_validator,
+                      model_validator)
 
 from wamdiff.decoding.bench_settings import PROMPTS, SETTINGS_KEYS
 from wamdiff.errors import UserError
@@ -69,6 +70,47 @@ class DataSection(_Section):
         if n is None:
             raise UserError(f"{path}: data.per_family.{split}: not set, and this run makes the {split} split")
         return n
+
+
+class ClosedLoop(_Section):
+    """`evaluate.closedloop`: the route set (`eval.closedloop.route_set`: dev or full), its first `per_family` routes
+    of each family, then its first `limit`; model planners drive the first `model_routes` of them (default: all)."""
+
+    routes: Literal["dev", "full"] = "dev"
+    per_family: Optional[PositiveInt] = None
+    limit: Optional[PositiveInt] = None
+    model_routes: Optional[NonNegativeInt] = None
+
+
+class Top5Overlap(_Section):
+    """`evaluate.top5_overlap`: the student's top-5 overlap with a diffusion and an AR teacher (stage names), on the
+    first `samples` validation answers."""
+
+    student: str
+    diffusion_teacher: str
+    ar_teacher: str
+    samples: PositiveInt = 64
+
+
+class EvaluateSection(_Section):
+    """`evaluate:` the report's rows and what each evaluation stage measures (`orchestration.eval_stages`)."""
+
+    planners: dict[str, str] = {}  # report row name -> planner spec (`eval.planners.parse_spec`)
+    decode: dict[str, Any] = {}  # how the students decode, under each row's own options (`Pipeline.planner`)
+    speed: Any = Field(default_factory=dict)  # `eval.plan_timing.SpeedProbe` (checked by it; false: no timing)
+    test_limit: Optional[PositiveInt] = None  # the first this many test scenes (default: all)
+    workers: PositiveInt = 1  # scoring and closed-loop processes
+    variants: bool = False  # also every `data.variants` test set
+    closedloop: Optional[ClosedLoop] = None  # none: no closed loop
+    top5_overlap: Optional[Top5Overlap] = None
+    bev_plots: NonNegativeInt = 4  # bird's-eye plots of the first scenes
+    qa_samples: PositiveInt = 64  # QA retention on the first this many test questions
+    recorded: Optional[str] = None  # a recorded table of every training level, shown in the report (the demo's)
+
+    @field_validator("closedloop", "top5_overlap", mode="before")
+    @classmethod
+    def _empty_is_off(cls, v):  # `closedloop: {}` or `false` turns the stage off, as an absent key does
+        return v or None
 
 
 class BenchSection(BaseModel):

@@ -372,7 +372,7 @@ def write_report(p, results: dict) -> Path:
         lines += ["## Teacher–student top-5 token overlap", "",
                   f"diffusion teacher: {_fmt(_get(o, 'diffusion', 'top5_overlap'), '{:.3f}')}, "
                   f"AR teacher: {_fmt(_get(o, 'ar', 'top5_overlap'), '{:.3f}')} (paper: 0.582 vs 0.512)", ""]
-    recorded = p.cfg["evaluate"].get("recorded")
+    recorded = p.evaluate.recorded
     if recorded:
         from wamdiff.resources import shipped_path
 
