@@ -72,6 +72,23 @@ def test_a_bad_bench_key_is_one_line_naming_the_file(tmp_path):
         _load(tmp_path, {}, bench={"ar": "a", "diffusion": "b", "prompts": "all"})
 
 
+@pytest.mark.parametrize("grid, message", [
+    ({"thresholds": [0.9, 1.5]}, "bench.thresholds.1: Input should be less than or equal to 1"),
+    ({"caches": ["lazy"]}, "bench.caches.0: Input should be 'exact' or 'delayed'"),
+    ({"block_sizes": [32, "fits"]}, "bench.block_sizes.1"),
+    ({"dtypes": ["fp16"]}, "bench.dtypes.0: Input should be 'fp32', 'bf16' or 'int8'"),
+    ({"batch_sizes": [0]}, "bench.batch_sizes.0: Input should be greater than 0"),
+    ({"attention": "flash"}, "bench.attention: Input should be"),
+])
+def test_a_bad_bench_grid_value_is_refused_when_the_config_loads(tmp_path, grid, message):
+    with pytest.raises(UserError) as err:
+        _load(tmp_path, {}, bench={"ar": "a", "diffusion": "b", **grid})
+    assert str(err.value).startswith(f"{tmp_path / 'c.yaml'}: {message}") and "\n" not in str(err.value)
+    # what needs the machine waits for the bench: a CUDA grid loads on a CPU, and its values pass on as written
+    got = _load(tmp_path, {}, bench={"ar": "a", "diffusion": "b", "device": "cuda", "block_sizes": ["fit", 16]}).bench
+    assert got.settings("delta") == {"device": "cuda", "block_sizes": ["fit", 16], "prompts": 8, "format": "delta"}
+
+
 def test_the_cli_says_a_bad_data_value_in_one_line_with_exit_code_2(tmp_path, capsys):
     from wamdiff.cli import main
 
@@ -115,10 +132,10 @@ def test_a_shipped_config_reads_as_written(path):
 
 
 def test_the_bench_keys_are_those_paired_bench_reads():
-    """`bench_settings.SETTINGS_KEYS` (what a `bench:` section may hold besides its own fields) covers every key
-    `grid_from_settings` reads, so a grid field added there cannot be refused by the config check."""
+    """`BenchSection`'s fields (what a `bench:` section may hold) cover every key `grid_from_settings` reads, so a
+    grid field added there cannot be refused by the config check."""
     from wamdiff.decoding.bench.paired import grid_from_settings
-    from wamdiff.decoding.bench_settings import SETTINGS_KEYS
+    from wamdiff.orchestration.sections import BenchSection
 
     read = set()
 
@@ -128,4 +145,4 @@ def test_the_bench_keys_are_those_paired_bench_reads():
             return super().get(key, default)
 
     grid_from_settings(Seen())
-    assert read and read <= set(SETTINGS_KEYS)
+    assert read and read <= set(BenchSection.model_fields)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from wamdiff.decoding.answer import LAYOUTS, AnswerFormat
+from wamdiff.decoding.answer import LAYOUTS, AnswerFormat, ordinal_layout
 from wamdiff.driving import trajectory as tr
 
 __all__ = ["BUILTIN", "INTERVAL_S", "LAYOUTS", "AnswerFormat", "BuiltinFormat", "answer_format", "guess_format",
@@ -118,3 +118,13 @@ def round_trip_error(fmt: str | AnswerFormat, xy) -> float:
     if not parsed.ok:
         raise ValueError(f"{f.name}: round trip failed ({parsed.reason})")
     return float(np.abs(np.asarray(parsed.xy) - xy).max())
+
+
+def vocabulary_grids(tokenizer) -> list[list[int]]:
+    """Token ids of every value grid of the ordinal formats that `tokenizer` has all tokens of (training's ordinal
+    targets: whatever the data's format, a target on one of these grids is a value)."""
+    from wamdiff.models.tokens import token_id  # noqa: PLC0415
+
+    vocab = tokenizer.get_vocab()
+    return [[token_id(tokenizer, t) for t in grid] for name in tr.ORDINAL_FORMATS
+            for grid in ordinal_layout(BUILTIN[name])[0] if all(t in vocab for t in grid)]

@@ -121,32 +121,6 @@ def format_cells(fmt: str) -> list[tuple[str, ...]]:
     return number + [(",",), *number] * (2 * N_POINTS - 1)
 
 
-def ordinal_layout(fmt: str) -> tuple[list[tuple[str, ...]], list[int]]:
-    """(grids, grid of each answer cell) of an ordinal format (`ORDINAL_FORMATS`): its distinct cells, each a tuple
-    of tokens in value order, and which of them every cell of an answer is."""
-    if fmt not in ORDINAL_FORMATS:
-        raise ValueError(f"trajectory format {fmt!r} has no value grid (ordinal formats: {ORDINAL_FORMATS})")
-    grids: list[tuple[str, ...]] = []
-    for cell in format_cells(fmt):
-        if cell not in grids:
-            grids.append(cell)
-    return grids, [grids.index(cell) for cell in format_cells(fmt)]
-
-
-def vocabulary_grids(tokenizer) -> list[list[int]]:
-    """Token ids of every value grid of the ordinal formats that `tokenizer` has all tokens of (training's ordinal
-    targets: whatever the data's format, a target on one of these grids is a value)."""
-    from wamdiff.models.tokens import token_id  # noqa: PLC0415
-
-    vocab = tokenizer.get_vocab()
-    out = []
-    for fmt in ORDINAL_FORMATS:
-        for grid in ordinal_layout(fmt)[0]:
-            if all(t in vocab for t in grid):
-                out.append([token_id(tokenizer, t) for t in grid])
-    return out
-
-
 def parse_trajectory(text, fmt: str = "text2") -> ParsedTrajectory:
     """Tolerant parser: never raises. Surrounding whitespace, a trailing end-of-turn token and brackets are
     accepted; anything else that is off (count, junk, fixed-width violation, bounds) gives ok=False."""

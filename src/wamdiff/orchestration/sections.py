@@ -8,14 +8,14 @@ models: a default added here later must not re-run the finished stages of existi
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import (BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, ValidationError, field_validator,
                       model_validator)
 
-from wamdiff.decoding.bench_settings import PROMPTS, SETTINGS_KEYS
+from wamdiff.decoding.bench_settings import PROMPTS
 from wamdiff.errors import UserError
-from wamdiff.names import FAMILIES, FORMATS
+from wamdiff.names import ATTENTIONS, CACHES, FAMILIES, FORMATS, GRID_DTYPES, LEAN_MODES
 
 Family = Literal[FAMILIES]  # type: ignore[valid-type]
 Format = Literal[FORMATS]  # type: ignore[valid-type]
@@ -115,27 +115,47 @@ class EvaluateSection(_Section):
 
 class BenchSection(BaseModel):
     """`bench:` the AR VLA (`ar`) against the diffusion student (`diffusion`), decoding speed on the same `prompts`
-    (`decoding.bench.paired_bench`). The grid's keys are those `decoding.bench_settings.SETTINGS_KEYS` names, passed
-    on as written: `BenchGrid` checks their values when the bench starts (so a `device: cuda` config still loads on a
-    CPU)."""
+    (`decoding.bench.paired_bench`), over a grid (`decoding.bench.paired.grid_from_settings` reads the keys below;
+    one left out takes `BenchGrid`'s default). Values are checked here, when the config loads; what needs the
+    machine (a CUDA device for `device: cuda`) is checked when the bench starts, so such a config loads on a CPU."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow")  # so an unknown key is refused with the known ones listed (`_known_keys`)
     ar: str
     diffusion: str
     prompts: PositiveInt = PROMPTS
     format: Optional[Format] = None  # the prompts' answer format; default: data.fmt
+    # the grid (`BenchGrid`'s fields; a list is a grid dimension)
+    batch_sizes: Optional[list[PositiveInt]] = None
+    block_sizes: Optional[list[Union[PositiveInt, Literal["fit"]]]] = None
+    thresholds: Optional[list[Annotated[float, Field(gt=0, le=1)]]] = None
+    dtypes: Optional[list[Literal[GRID_DTYPES]]] = None  # type: ignore[valid-type]
+    max_new_tokens: Optional[PositiveInt] = None
+    max_steps: Optional[Union[PositiveInt, list[PositiveInt]]] = None
+    max_steps_per_block: Optional[Union[PositiveInt, list[PositiveInt]]] = None  # `max_steps`' old name
+    repeats: Optional[PositiveInt] = None
+    compile: Optional[Union[bool, list[bool]]] = None
+    step_cost: Optional[bool] = None
+    caches: Optional[list[Literal[CACHES]]] = None  # type: ignore[valid-type]
+    device: Optional[str] = None
+    attention: Optional[Literal[ATTENTIONS]] = None  # type: ignore[valid-type]
+    cuda_graphs: Optional[bool] = None
+    lean: Optional[Literal[LEAN_MODES]] = None  # type: ignore[valid-type]
+    prefill_cache: Optional[bool] = None
+    ordinal: Optional[NonNegativeInt] = None  # `BenchGrid.ordinal_window`
+    threads: Optional[Union[NonNegativeInt, list[NonNegativeInt]]] = None
+    confirm_repeats: Optional[NonNegativeInt] = None  # paired re-timing rounds of the headline pair
 
     @model_validator(mode="after")
     def _known_keys(self) -> "BenchSection":
-        unknown = [k for k in self.model_extra or {} if k not in SETTINGS_KEYS]
-        if unknown:
-            known = sorted([*type(self).model_fields, *SETTINGS_KEYS])
-            raise ValueError(f"unknown key {unknown[0]!r} (known: {', '.join(known)})")
+        if self.model_extra:
+            raise ValueError(f"unknown key {next(iter(self.model_extra))!r} (known: {', '.join(sorted(type(self).model_fields))})")
         return self
 
     def settings(self, fmt: str) -> dict[str, Any]:
-        """What `paired_bench` takes: the grid's keys, the prompts and their format (`fmt` unless `format` is set)."""
-        return {**(self.model_extra or {}), "prompts": self.prompts, "format": self.format or fmt}
+        """What `paired_bench` takes: the grid's keys as written, the prompts and their format (`fmt` unless `format`
+        is set)."""
+        grid = self.model_dump(exclude_unset=True, exclude={"ar", "diffusion", "prompts", "format"})
+        return {**grid, "prompts": self.prompts, "format": self.format or fmt}
 
 
 def parse_section(model: type[BaseModel], raw, path, name: str):

@@ -238,7 +238,7 @@ class Trainer:
         if self.recipe.diffusion.ordinal_sigma <= 0:
             return None
         from wamdiff.diffusion.grids import Grids
-        from wamdiff.driving.trajectory import vocabulary_grids
+        from wamdiff.driving.answer_format import vocabulary_grids
 
         axes = vocabulary_grids(self.tokenizer)
         return Grids.build(axes, self.accelerator.device) if axes else None
