@@ -62,23 +62,33 @@ def token_matches(header: str | None, token: str | None) -> bool:
     return scheme.lower() == "bearer" and secrets.compare_digest(given.strip().encode(), token.encode())
 
 
+DRAIN_BYTES = 2 * MAX_BODY_BYTES  # how much of a refused body is read (and dropped) before the 413
+
+
 async def read_body(request, limits: ServerLimits) -> bytes:
-    """The request body, or BadRequest: 413 as soon as it passes the limit (declared or streamed), 408 when it has
-    not fully arrived within the read timeout."""
+    """The request body, or BadRequest: 413 for a body over the limit (declared or streamed), 408 when it has not
+    fully arrived within the read timeout. A refused body is still read and dropped, up to `DRAIN_BYTES` in all:
+    closing a connection with unread bytes in it resets it, and the reset can reach the client before the 413 does
+    (a larger body is cut off there, reset and all)."""
     declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limits.max_body_bytes:
-        raise BadRequest(413, f"body of {declared} bytes exceeds {limits.max_body_bytes}")
+    too_large = declared.isdigit() and int(declared) > limits.max_body_bytes
     chunks, size = [], 0
     try:
         async with asyncio.timeout(limits.read_timeout_s):
             async for chunk in request.stream():
                 size += len(chunk)
-                if size > limits.max_body_bytes:
-                    raise BadRequest(413, f"body exceeds {limits.max_body_bytes} bytes (refused while it streamed)")
-                chunks.append(chunk)
+                if size > DRAIN_BYTES:
+                    break
+                if not too_large and size <= limits.max_body_bytes:
+                    chunks.append(chunk)
     except TimeoutError:
-        raise BadRequest(408, f"the body did not arrive within {limits.read_timeout_s:g} s "
-                              f"({size} bytes came)") from None
+        if not too_large and size <= limits.max_body_bytes:
+            raise BadRequest(408, f"the body did not arrive within {limits.read_timeout_s:g} s "
+                                  f"({size} bytes came)") from None
+    if too_large:
+        raise BadRequest(413, f"body of {declared} bytes exceeds {limits.max_body_bytes}")
+    if size > limits.max_body_bytes:
+        raise BadRequest(413, f"body exceeds {limits.max_body_bytes} bytes (refused while it streamed)")
     return b"".join(chunks)
 
 
