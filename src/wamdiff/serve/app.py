@@ -5,9 +5,9 @@ A plan request passes, in order: the bearer token (when the server has one), the
 Retry-After, before a byte of the body is read), the bounded body read (`guards.read_body`: 413 past the limit, the
 rest of the body drained up to a bound, 408 past the read timeout), the parse (`eval.wire.parse_request`, in a worker
 thread so the event loop keeps answering; the PNG header is checked before any pixel is decoded), the
-`DynamicBatcher`. A client that leaves while its request waits has it cancelled (never decoded). A bad request is a 4xx with one line and never reaches the model;
-a model failure is a 500 for the requests it failed on only; any other unexpected error is a 500 for that request,
-and the server keeps serving. Every error body is {"error": one line}.
+`DynamicBatcher`. A client that leaves while its request waits has it cancelled (never decoded). A bad request is a
+4xx with one line and never reaches the model; a model failure is a 500 for the requests it failed on only; any other
+unexpected error is a 500 for that request, and the server keeps serving. Every error body is {"error": one line}.
 """
 
 from __future__ import annotations
