@@ -30,9 +30,32 @@ def test_cuda_graphs_match_eager(mode, delayed, vl, dtype):
     assert [g.forwards for g in graphs] == [g.forwards for g in eager]
 
 
-def test_cuda_graphs_survive_a_collection_during_capture():
-    """Every decode builds a runner and captures its own graphs; the garbage collector, run as often as it can be,
-    must not free an earlier runner's graphs in the middle of a capture (that invalidates the capture)."""
+def test_released_graphs_are_replayed_by_the_next_decode_of_that_shape():
+    """A finished decode's cache and graphs serve the next decode of the same shape (other prompts, same batch and
+    prompt bucket): no capture after the first decode, and every answer still the eager one."""
+    from wamdiff.decoding import cuda_graphs
+
+    tok = tiny_tokenizer()
+    model = tiny_qwen3_vl(tok, peaky=6.0, seed=2).cuda()
+    batches = [[synthetic_prompt(tok, n, seed=n, image=True) for n in lengths] for lengths in ((4, 11), (5, 9), (4, 11))]
+    base = dict(mode="block", block_size=8, max_new_tokens=24)
+    eager = [generate(model, tok, b, DecodeConfig(cuda_graphs=False, **base)) for b in batches]
+    graphs, captured = [], []
+    for b in batches:
+        graphs.append(generate(model, tok, b, DecodeConfig(cuda_graphs=True, **base)))
+        (entry,) = cuda_graphs._POOL[model].values()
+        captured.append((id(entry[1]), len(entry[1].graphs)))
+    assert [[g.token_ids for g in gs] for gs in graphs] == [[g.token_ids for g in gs] for gs in eager]
+    assert captured[1:] == captured[:1] * 2  # the same step object and not one new graph
+
+
+def test_cuda_graphs_survive_a_collection_during_capture(monkeypatch):
+    """A runner that is never released (the bench's step-cost loops build such) leaves its graphs to the garbage
+    collector, which, run as often as it can be, must not free them in the middle of another runner's capture (that
+    invalidates the capture)."""
+    from wamdiff.decoding.runner import StepRunner
+
+    monkeypatch.setattr(StepRunner, "release", lambda self: None)  # every decode captures anew, as before pooling
     tok = tiny_tokenizer()
     model = tiny_qwen3_vl(tok, peaky=6.0, seed=2).cuda()
     prompts = [synthetic_prompt(tok, 6, seed=1, image=True)]

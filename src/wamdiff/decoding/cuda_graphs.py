@@ -8,6 +8,14 @@ and replayed: inputs are copied into static buffers, the graph replays the whole
 Capture happens at the first call of a shape, mid-decode, with that call's real inputs; the warm-up run
 on a side stream performs exactly the writes the step would, so the cache stays correct.
 
+Graphs outlive a decode: a finished runner hands its cache and captured steps back (`StepRunner.release`, called by
+`generate`) to a pool per model, and the next runner of the same shape (batch, slots, dtype) takes them instead of
+capturing anew (`take`). A decode of one block runs about two forwards, too few to pay for a capture each time
+(measured on an H200: with a capture per call, graphs made a small student's plans slower than eager ones). A
+runner takes an entry for itself alone, so two decodes at once never share a cache; a runner that is never released
+just leaves nothing to reuse. Slots a decode has not written hold an earlier decode's K/V, which its mask hides, as
+it hides the zeros of a fresh cache.
+
 Python's garbage collector is off during a capture: a collection there can free an earlier runner's graphs, and
 destroying a graph while another is being captured invalidates the capture (seen on an H200: "operation not
 permitted when stream is capturing", then cudaErrorStreamCaptureInvalidated, in a benchmark that builds a runner
@@ -18,18 +26,46 @@ per decode). `tests/test_decoding_cuda.py` compares graphs with the eager path (
 from __future__ import annotations
 
 import gc
+import threading
+import weakref
+from collections import OrderedDict
 
 import torch
 
+POOL_SIZE = 8  # shapes kept per model (each holds a cache and its graphs); the least recently used goes first
+_POOL: "weakref.WeakKeyDictionary[torch.nn.Module, OrderedDict]" = weakref.WeakKeyDictionary()
+_LOCK = threading.Lock()
+
+
+def take(model, key: tuple):
+    """(cache, step) a released runner of `model` left for this shape `key`, removed from the pool (this runner's
+    alone until it is released); None when there is none."""
+    with _LOCK:
+        entries = _POOL.get(model)
+        return entries.pop(key, None) if entries else None
+
+
+def give_back(model, key: tuple, cache, step) -> None:
+    """Keep a finished runner's cache and captured steps for the next runner of the same shape."""
+    with _LOCK:
+        entries = _POOL.setdefault(model, OrderedDict())
+        entries[key] = (cache, step)
+        entries.move_to_end(key)
+        while len(entries) > POOL_SIZE:
+            entries.popitem(last=False)
+
 
 class CudaGraphStep:
-    def __init__(self, runner, eager_step):
-        self.runner = runner
+    """The captured steps of one cache. `eager` runs a step without a graph (the runner's, rebound when a new runner
+    takes the pooled entry); a capture records it once per shape."""
+
+    def __init__(self, cache, eager_step):
+        self.cache = cache
         self.eager = eager_step
         self.graphs: dict[tuple, tuple] = {}
 
     def __call__(self, ids, mask, pos, keep: int):
-        cache = self.runner.cache
+        cache = self.cache
         # write_index: [Q] (contiguous slots) or [N, Q] (per-sample slots, delayed-cache steps): part of the shape
         key = (tuple(ids.shape), tuple(mask.shape), tuple(pos.shape), tuple(cache.write_index.shape), keep)
         entry = self.graphs.get(key)

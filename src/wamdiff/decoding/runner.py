@@ -138,7 +138,10 @@ class StepRunner:
         self.pos = torch.cat([pos.to(dev), ans], dim=-1).contiguous()
         self.slots = torch.arange(s, device=dev)
 
-        self.cache = SlotCache(cfg, n, s, self.dtype, dev)
+        graphs = cuda_graphs and dev.type == "cuda" and attention == "sdpa" and not compile
+        self._pool_key = (n, s, str(self.dtype), str(dev), lean) if graphs else None  # what a captured step bakes in
+        pooled = cuda_graph_pool().take(model, self._pool_key) if graphs else None
+        self.cache = pooled[0] if pooled else SlotCache(cfg, n, s, self.dtype, dev)
         # compiled steps and CUDA graphs specialise on shapes: callers that choose a query count round it up
         self.static_shapes = compile or (cuda_graphs and dev.type == "cuda")
         self._rows = torch.arange(n, device=dev)[:, None]
@@ -159,10 +162,16 @@ class StepRunner:
         elif compile:
             self._step = _compiled_step(model)
             self._step.runner = self
-        elif cuda_graphs and dev.type == "cuda":
-            from wamdiff.decoding.cuda_graphs import CudaGraphStep  # noqa: PLC0415  (CUDA-only path)
+        elif graphs:
+            self._step = pooled[1] if pooled else cuda_graph_pool().CudaGraphStep(self.cache, self._step_eager)
+            self._step.eager = self._step_eager  # captures of new shapes run this runner's step
 
-            self._step = CudaGraphStep(self, self._step_eager)
+    def release(self) -> None:
+        """Done decoding: the cache and its captured CUDA graphs go back to the pool for the next runner of this
+        shape (`decoding.cuda_graphs`); this runner must not step again. Nothing to do without graphs."""
+        if self._pool_key is not None:
+            cuda_graph_pool().give_back(self.model, self._pool_key, self.cache, self._step)
+            self._pool_key = None
 
     # ------------------------------------------------------------------------------------------ forwards
     def slot_inputs(self, q0: int, q1: int):
@@ -260,6 +269,13 @@ class StepRunner:
             mm_token_type_ids=mm,
         ).last_hidden_state
         return self._lm_head(hidden[:, hidden.shape[1] - keep:])
+
+
+def cuda_graph_pool():
+    """`decoding.cuda_graphs`, imported on the CUDA path only."""
+    from wamdiff.decoding import cuda_graphs  # noqa: PLC0415
+
+    return cuda_graphs
 
 
 def _compiled_step(model):

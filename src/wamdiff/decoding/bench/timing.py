@@ -67,17 +67,20 @@ def step_cost(model, tokenizer, prompt, block_sizes, *, n_tokens: int = 64, repe
         n = int(forwards[0])  # reading the count waits for the device
         return (time.perf_counter() - t0) / n
 
-    def ar():
+    def ar():  # each runner released, as `generate` does: the warm-up's CUDA graphs are replayed, not re-captured
         r = StepRunner(model, batch_p, 1, n_tokens + 1, **kw)
         t0 = time.perf_counter()
-        return per_forward(t0, decode_ar(r, max_new_tokens=n_tokens, eos_id=-1, pad_id=pad)[2])
+        ms = per_forward(t0, decode_ar(r, max_new_tokens=n_tokens, eos_id=-1, pad_id=pad)[2])
+        r.release()
+        return ms
 
     def blk(b):
         r = StepRunner(model, batch_p, b, n_tokens, **kw)
         fixed = DecodeConfig(block_size=b, max_new_tokens=n_tokens, strategy="fixed", max_steps=b, fused_commit=True)
         t0 = time.perf_counter()
-        out = decode_block(r, fixed, mask_id=mask_id, eos_id=-1, pad_id=pad)
-        return per_forward(t0, out[2])
+        ms = per_forward(t0, decode_block(r, fixed, mask_id=mask_id, eos_id=-1, pad_id=pad)[2])
+        r.release()
+        return ms
 
     ar(), [blk(b) for b in block_sizes]  # warm-up
     res = {"ar_ms": math.inf, **{f"B{b}_ms": math.inf for b in block_sizes}}
