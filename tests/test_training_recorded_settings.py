@@ -55,3 +55,15 @@ def test_decoding_mode_follows_the_checkpoints_diffusion_settings(tmp_path):
     (student / "config.json").write_text(json.dumps(config))
     specs = parse_specs([f"model:{ar}", f"model:{student}", f"model:{ar},block=4", f"model:{student},mode=ar"])
     assert [s.decode.mode for s in specs.values()] == ["ar", "block", "block", "ar"]  # asked-for options win
+
+
+def test_is_vision_reads_the_vision_tower_from_a_folder_a_model_or_a_config(tmp_path):
+    from wamdiff.models import build_model, build_tokenizer, save_model
+    from wamdiff.models.recorded import is_vision
+
+    tok = build_tokenizer()
+    for vision in (True, False):
+        model = build_model("tiny", tok, vision=vision, seed=0)
+        save_model(model, tok, tmp_path / str(vision))
+        assert is_vision(tmp_path / str(vision)) is is_vision(model) is is_vision(model.config) is vision
+    assert is_vision(tmp_path / "missing") is False

@@ -64,6 +64,7 @@ def load_json_samples(path: str | Path, specs: dict, limit: int | None = None) -
     from wamdiff.errors import UserError
     from wamdiff.eval.planners import plan_from_text
     from wamdiff.models.tokens import IMAGE_PLACEHOLDER
+    from wamdiff.models.recorded import is_vision
 
     path = Path(path)
     if not path.is_file():
@@ -81,7 +82,7 @@ def load_json_samples(path: str | Path, specs: dict, limit: int | None = None) -
         samples = samples[:limit]
     if not samples:
         raise UserError(f"--data {path}: no samples")
-    vision = any(_is_vision(spec.checkpoint) for spec in specs.values())
+    vision = any(is_vision(spec.checkpoint) for spec in specs.values())
     out = []
     for s in samples:
         where = f"{s.where or path}: sample {s.id!r}"
@@ -100,13 +101,3 @@ def load_json_samples(path: str | Path, specs: dict, limit: int | None = None) -
         future[:, :2] = xy
         out.append(JsonSample(str(s.id), future, s))
     return out
-
-
-def _is_vision(checkpoint) -> bool:
-    """A vision model (its config.json has a vision tower): its samples' images are read."""
-    import json
-
-    try:
-        return "vision_config" in json.loads((Path(checkpoint) / "config.json").read_text())
-    except (OSError, ValueError):
-        return True

@@ -1,5 +1,5 @@
 """What a checkpoint records about itself, read in one place: is a folder a model, is a model a diffusion model,
-and the settings its `config.json` carries. Light (json only): planners, the pipeline and the server ask here.
+has it a vision tower, and the settings its `config.json` carries. Light (json only): planners, the pipeline and the server ask here.
 
 A diffusion checkpoint carries two block sizes, and they are different settings:
 - `diffusion` (written by `models.convert.to_diffusion`): the block size the model was TRAINED at and its mask
@@ -43,6 +43,12 @@ def is_diffusion(source) -> bool:
     """Whether a model (a checkpoint folder, a loaded model or its config) is a block-diffusion model: it carries
     the diffusion settings `models.convert.to_diffusion` records. Otherwise it is an AR model."""
     return bool(recorded_diffusion(source))
+
+
+def is_vision(source) -> bool:
+    """Whether a model (a checkpoint folder, a loaded model or its config) has a vision tower (`vision_config`): its
+    prompts take camera images."""
+    return _recorded(source, "vision_config") is not None
 
 
 def recorded_decode(source) -> dict:
