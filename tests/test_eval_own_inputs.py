@@ -224,3 +224,15 @@ def _png_grey(size: int) -> bytes:
     buf = io.BytesIO()
     Image.fromarray(np.zeros((size, size), np.uint8)).save(buf, format="PNG")
     return buf.getvalue()
+
+
+def test_a_served_checkpoint_whose_recorded_prompt_does_not_format_is_one_line(tmp_path):
+    from wamdiff.errors import UserError
+    from wamdiff.eval.specs import PlannerSpec
+    from wamdiff.serve.planner_engine import PlannerEngine, ServeSettings
+
+    ckpt = _user_vla(tmp_path / "bad_prompt", "<image> going {comand} at {vx:.1f} m/s")  # a misspelt field
+    with pytest.raises(UserError) as err:
+        PlannerEngine(ServeSettings(PlannerSpec.model(ckpt, {"mode": "ar", "batch": 1}), max_wait_ms=0))
+    message = str(err.value)
+    assert message.startswith(f"--checkpoint {ckpt}: ") and "comand" in message and "\n" not in message

@@ -51,20 +51,17 @@ class PlannerEngine:
             import torch
 
             torch.set_num_threads(int(settings.threads))
-        try:
+        try:  # loads the checkpoint and checks its recorded prompt
             self.planner = ModelPlanner(settings.spec)
+            self.planner.prepare()
         except ValueError as err:
             raise UserError(f"--checkpoint {settings.checkpoint}: {err}") from None
-        self.planner.prepare()
         self.block_size = self._block_size()
         if self.mode == "block" and self.block_size is None:
             raise UserError(f"--mode block: {settings.checkpoint} has no diffusion settings (an AR checkpoint); "
                             "serve it with --mode ar or convert it with `wamdiff model convert`")
         self.camera = self.planner.camera
-        try:  # the cameras a request carries: one per <image> of the checkpoint's prompt (`driving.prompts`)
-            self.n_images = self.planner.n_images
-        except ValueError as err:
-            raise UserError(f"--checkpoint {settings.checkpoint}: {err}") from None
+        self.n_images = self.planner.n_images  # cameras per request: one per <image> of the checkpoint's prompt
         image = np.zeros((self.camera.size, self.camera.size, 3), np.uint8)
         blank = PlanInput(image, "straight", (10.0, 0.0), (0.0, 0.0), more_images=(image,) * (self.n_images - 1))
         try:
