@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 
 import torch
 
@@ -66,13 +67,8 @@ def generate(model, tokenizer, prompts, config: DecodeConfig | None = None, *, t
 
     if config.mode == "ar":
         runner = _make_runner(model, batch, 1, config)
-        try:
-            out, lengths, forwards, finished = decode_ar(
-                runner, max_new_tokens=config.max_new_tokens, eos_id=eos_id, pad_id=pad_id, grammar_table=table,
-                readout=readout,
-            )
-        finally:
-            runner.release()
+        decode = partial(decode_ar, max_new_tokens=config.max_new_tokens, eos_id=eos_id, pad_id=pad_id,
+                         grammar_table=table, readout=readout)
     else:
         trained, mask_id = model_block_settings(model, tokenizer)
         config = replace(config, block_size=config.block_size or trained)  # None: the block size it was trained at
@@ -86,13 +82,12 @@ def generate(model, tokenizer, prompts, config: DecodeConfig | None = None, *, t
             if ordinal is not None:
                 readout["table"] = config.grammar.ordinal_table(answer_slots, device)
         runner = _make_runner(model, batch, config.block_size, config)
-        try:
-            out, lengths, forwards, finished = decode_block(
-                runner, config, mask_id=mask_id, eos_id=eos_id, pad_id=pad_id, grammar_table=table, trace=trace,
-                readout=readout,
-            )
-        finally:
-            runner.release()
+        decode = partial(decode_block, config=config, mask_id=mask_id, eos_id=eos_id, pad_id=pad_id,
+                         grammar_table=table, trace=trace, readout=readout)
+    try:
+        out, lengths, forwards, finished = decode(runner)
+    finally:
+        runner.release()  # its CUDA graphs serve the next decode of this shape
     return to_generations(tokenizer, out, lengths, forwards, finished, eos_id)
 
 

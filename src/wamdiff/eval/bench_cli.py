@@ -151,17 +151,14 @@ def bench(
     prompts, expert, answer, parse = inputs.prompts, inputs.expert, inputs.fmt, inputs.parse
     compile_modes = _on_off(compile)
     try:
-        grid = BenchGrid(_ints(batch), _block_sizes(blocks), _floats(taus), dtype_list,
-                         max_new_tokens, _ints(max_steps), repeats, compile_modes, step_cost,
-                         caches=cache_list, threads=thread_counts, device=device, cuda_graphs=cuda_graphs,
-                         attention=attention, lean=lean, ordinal_window=ordinal)
-        if quick:  # measures the shrunken grid and nothing else: one block size (the model's own), one cache
+        points = (_ints(batch), _block_sizes(blocks), _floats(taus), dtype_list, max_new_tokens, cache_list)
+        if quick:  # measures the shrunken grid and nothing else: one setting, at the model's own block size
             step_cost, confirm_repeats = False, 0
-            trained = model_block_settings(model, tok)[0] or 32
-            grid = BenchGrid([1], [trained], [0.9], ["fp32"], 64, _ints(max_steps), repeats, compile_modes, step_cost,
-                             caches=cache_list[:1], threads=thread_counts, device=device, cuda_graphs=cuda_graphs,
-                             attention=attention, lean=lean,
-                             ordinal_window=ordinal)
+            points = ([1], [model_block_settings(model, tok)[0] or 32], [0.9], ["fp32"], 64, cache_list[:1])
+        batch_sizes, block_sizes, thresholds, grid_dtypes, new_tokens, grid_caches = points
+        grid = BenchGrid(batch_sizes, block_sizes, thresholds, grid_dtypes, new_tokens, _ints(max_steps), repeats,
+                         compile_modes, step_cost, caches=grid_caches, threads=thread_counts, device=device,
+                         cuda_graphs=cuda_graphs, attention=attention, lean=lean, ordinal_window=ordinal)
     except ValueError as err:
         raise typer.BadParameter(str(err)) from err
     console.print(f"threads={torch.get_num_threads()} params={sum(p.numel() for p in model.parameters()) / 1e6:.1f}M "

@@ -1,5 +1,6 @@
 """What a checkpoint records about itself, read in one place: is a folder a model, is a model a diffusion model,
-has it a vision tower, and the settings its `config.json` carries. Light (json only): planners, the pipeline and the server ask here.
+has it a vision tower, and the settings its `config.json` carries. Light (json only): planners, the pipeline and
+the server ask here.
 
 A diffusion checkpoint carries two block sizes, and they are different settings:
 - `diffusion` (written by `models.convert.to_diffusion`): the block size the model was TRAINED at and its mask

@@ -55,8 +55,7 @@ def row_settings(p, name: str, spec) -> dict:
 def model_stage_settings(p, stage: str) -> dict:
     """The `overlap` / `bench` stage's settings: its config section as written and the weights of the models it reads."""
     if stage == "overlap":
-        section, o = p.cfg["evaluate"]["top5_overlap"], p.evaluate.top5_overlap  # hashed as written
-        models = {"student": o.student, "diffusion_teacher": o.diffusion_teacher, "ar_teacher": o.ar_teacher}
+        section, models = p.cfg["evaluate"]["top5_overlap"], p.evaluate.top5_overlap.stages  # hashed as written
     else:
         section, models = p.cfg["bench"], {"ar": p.bench.ar, "diffusion": p.bench.diffusion}
     settings = {stage: section, "checkpoints": p.cfg.get("checkpoints"),

@@ -46,9 +46,8 @@ def stage_needs(stage: dict, stages: list[dict]) -> list[str]:
 def referenced_stages(evaluate: EvaluateSection, bench: BenchSection | None) -> set[str]:
     """Stages the evaluation, the overlap and the bench read (the config's typed `evaluate:` and `bench:`)."""
     names = {spec[len("stage:"):].split(",")[0] for spec in evaluate.planners.values() if spec.startswith("stage:")}
-    overlap = evaluate.top5_overlap
-    if overlap is not None:
-        names |= {overlap.student, overlap.diffusion_teacher, overlap.ar_teacher}
+    if evaluate.top5_overlap is not None:
+        names |= set(evaluate.top5_overlap.stages.values())
     names |= {bench.ar, bench.diffusion} if bench is not None else set()
     return names
 

@@ -91,6 +91,11 @@ class Top5Overlap(_Section):
     ar_teacher: str
     samples: PositiveInt = 64
 
+    @property
+    def stages(self) -> dict[str, str]:
+        """The three models it reads: role -> stage name."""
+        return {"student": self.student, "diffusion_teacher": self.diffusion_teacher, "ar_teacher": self.ar_teacher}
+
 
 class EvaluateSection(_Section):
     """`evaluate:` the report's rows and what each evaluation stage measures (`orchestration.eval_stages`)."""
