@@ -85,13 +85,15 @@ def test_a_malformed_record_is_named_with_its_line(saved, tmp_path, text):
         read_checksums(odd)
 
 
-@pytest.mark.parametrize("name", ["ar_vla", "distill_block", "distill_model"])
+@pytest.mark.parametrize("name", ["ar_vla", "distill_block", "main/main_dagger2", "small/small_student_dagger4"])
 def test_shipped_checkpoints_carry_the_sha256_of_their_weights(name):
-    """Each shipped folder's SHA256SUMS and its stage in PROVENANCE.json name exactly the bytes of its weights."""
+    """Each shipped folder's SHA256SUMS and its stage in the PROVENANCE.json beside it name exactly the bytes of its
+    weights."""
     folder = CHECKPOINTS / name
     expected = {f.name: digest(f) for f in sorted(folder.glob("*.safetensors"))}
     assert expected and read_checksums(folder) == expected
-    assert json.loads((CHECKPOINTS / "PROVENANCE.json").read_text())["stages"][name]["weights_sha256"] == expected
+    provenance = json.loads((folder.parent / "PROVENANCE.json").read_text())
+    assert provenance["stages"][folder.name]["weights_sha256"] == expected
     res = cli("model", "verify", folder)
     assert res.exit_code == 0 and "PROVENANCE.json" in res.stdout
 

@@ -128,7 +128,7 @@ def test_the_conversion_trains_on_one_mixture_it_can_make_from_the_ar_vla(tmp_pa
 
     p = Pipeline.load(ROOT / "configs" / "default.yaml")
     p.out = tmp_path
-    _write_rounds(p.data_dir, dict.fromkeys(range(8), 1))
+    _write_rounds(p.data_dir, dict.fromkeys([*range(8), 12, 13], 1))
     stages = {s["name"]: s for s in p.cfg["train"] if "recipe" in s}
 
     def mixture(name):
@@ -144,6 +144,13 @@ def test_the_conversion_trains_on_one_mixture_it_can_make_from_the_ar_vla(tmp_pa
     for name in ["distill_block_s0", "distill_block_s1"]:  # the two seeds the main student averages
         assert mixture(name) == sorted([*both_rounds, ("data/train_hard_braking.json", 0.25)]), name
     assert mixture("distill_model") == sorted(both_rounds)
+    # the main student's fine-tunes: its own rounds join at the rounds' share, each by its size
+    own = [("data/agg_r6.json", 0.125), ("data/agg_r7.json", 0.125), ("data/agg_r12.json", 0.125),
+           ("data/agg_r13.json", 0.125), ("data/train_hard_braking.json", 0.25)]
+    assert mixture("main_dagger2") == sorted([*base, *own])
+    assert mixture("main_dagger") == sorted([*base, *[(f, 0.5 / 3) for f in ("data/agg_r6.json", "data/agg_r7.json",
+                                                                             "data/agg_r12.json")],
+                                              ("data/train_hard_braking.json", 0.25)])
     for name in ["ar_sft", "ar_vla"]:  # the AR VLA's own chain never sees them
         assert not any("data_train_" in path for path, _ in mixture(name)), name
     p.data = p.data.model_copy(update={"train_variants": {}})

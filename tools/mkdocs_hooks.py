@@ -27,12 +27,13 @@ def on_files(files, config):
 
 
 GENERATED = ("reference/cli.md", "results/pipeline.md", "results/parity.md", "results/bench.md",
-             "results/small-student.md")  # under docs/
+             "results/small-student.md", "results/main-student.md")  # under docs/
 
 
 def pages() -> dict[str, str]:
     return {"reference/cli.md": cli_page(), "results/pipeline.md": pipeline_page(), "results/parity.md": parity_page(),
-            "results/bench.md": bench_page(), "results/small-student.md": small_student_page()}
+            "results/bench.md": bench_page(), "results/small-student.md": small_student_page(),
+            "results/main-student.md": main_student_page()}
 
 
 # ---- CLI reference -------------------------------------------------------------------------------------------
@@ -218,6 +219,49 @@ def small_student_page() -> str:
         "1,600 scenes; files in `docs/results/small_student/arms/` (against the AR VLA in `paired_vs_ar.csv`, the "
         "teachers' top-5 overlap with the student in `overlap.json`).", "",
         *front_table(folder / "arms" / "front.csv", "no teacher"), "", "![front](small_student/arms/front.png)", ""])
+
+
+def main_student_page() -> str:
+    folder = RESULTS / "main_student"
+    return "\n".join([
+        "# The main student", "",
+        "The full-size block-distilled student (`distill_block`) fine-tuned on two on-policy rounds of its own: it "
+        "drives training routes at its quoted decode, the expert labels what it visited, also up to 6 m off the route, "
+        "and it trains on those labels with its block-wise teacher kept (`configs/default.yaml`, stages `agg_r12_main` "
+        "… `main_dagger2`; [how](../guides/train.md)). The shipped one is `checkpoints/main/main_dagger2` (bf16). "
+        "Every student row decodes one 17-token block in ≤ 4 forwards at τ 0.5 with the ordinal read-out; the AR VLA "
+        "decodes greedily. The commands are in the [results notes](../development/results-notes.md).", "",
+        "## Closed loop", "",
+        "The 100 routes (`wamdiff eval closedloop --routes full`), routes completed per family. Success with its "
+        "Wilson interval and the difference to the AR VLA paired route by route are in `closedloop_paired.csv`; the "
+        "failure kinds (collision, route deviation, timeout, off the drivable area) in "
+        "`closedloop_failure_kinds.csv`, the difference to the block-distilled student in "
+        "`closedloop_paired_vs_distill_block.csv`. Rows whose name has `final` are the fp32 stage outputs "
+        "(`runs/default/ckpt/STAGE/final`), the others the shipped bf16 files; `main_dagger` is the student after "
+        "its first round.", "",
+        *closed_loop_table(folder / "closedloop_failure_kinds.csv"), "",
+        "Where on each route the shipped main student drove, with the command and the junction boxes:", "",
+        "![timelines](main_student/closedloop_timelines.png)", "",
+        "## Open loop and speed", "",
+        "The same 1,600 scenes as the small student's (the test split and five world variants, two of them settings "
+        "no stage trains on), pooled; Δ columns paired against the AR VLA scene by scene (the 95 % intervals per "
+        "split in `paired.csv`). Speed from the test split's plan timings at the same decode (fp32, torch's default "
+        "two threads). Generated at build time from `docs/results/main_student/front.csv` (`wamdiff eval front`).", "",
+        *front_table(folder / "front.csv", "AR VLA"), "", "![front](main_student/front.png)", "",
+        "![paired](main_student/paired.png)", "",
+        "## Robustness map", "",
+        "`wamdiff eval map` on 18 cells: traffic density 0.5, 1, 2 × speed scale 0.8, 1, 1.4 × route phase 0 and "
+        "16 s, wider than training's density 1–1.3 and speed scale 1–1.25; 40 scenes per cell (10 per family). Per "
+        "cell PDMS, comfort and L2@4s of the expert, the AR VLA and the shipped main student, and each planner's "
+        "difference to the AR VLA paired over the cell's scenes (outlined where the interval excludes 0). The table "
+        "with every interval: [map.md](main_student/map/map.md) (and `map.csv`, `map.json`).", "",
+        *(f"![{title}](main_student/map/heatmaps/{name}_{MAIN_STUDENT}.png)" + "\n" for title, name in (
+            ("PDMS, main student minus AR VLA", "delta_PDMS"), ("comfort of the main student", "value_C"),
+            ("L2@4s, main student minus AR VLA", "delta_L2_at_4s"))),
+        "![comfort of the AR VLA](main_student/map/heatmaps/value_C_model_ar_vla_mode-ar_batch-16.png)", ""])
+
+
+MAIN_STUDENT = "model_main_dagger2_mode-block_block-17_steps-4_threshold-0.5_ordinal-2_batch-16"  # its result name
 
 
 def parity_page() -> str:
