@@ -301,6 +301,47 @@ def test_eos_stops_and_tail_is_not_returned():
     assert PADID not in g.token_ids
 
 
+def _emits_at(token_row: int, instead: int = 232):
+    """A tiny model that emits `token_row` wherever it would greedily emit `instead` (LM-head rows swapped)."""
+    model = tiny_qwen3(TOK, peaky=6.0, seed=7)
+    with torch.no_grad():
+        w = model.lm_head.weight
+        w[[token_row, instead]] = w[[instead, token_row]]
+    return model
+
+
+def test_a_pad_ends_an_ar_answer_as_eos_does():
+    """Training puts PAD only after EOS, so a model that emits PAD has ended its answer: the same model with EOS
+    where it emits PAD gives the reference tokens (causal: nothing before the end depends on which one it is)."""
+    cfg = DecodeConfig(mode="ar", max_new_tokens=40)
+    prompt = [synthetic_prompt(TOK, 12, seed=22)]
+    (ref,) = generate(_emits_at(EOS, instead=264), TOK, prompt, cfg)  # 264: its 5th token in AR
+    (got,) = generate(_emits_at(PADID, instead=264), TOK, prompt, cfg)
+    assert ref.finished and ref.token_ids[-1] == EOS and len(ref.token_ids) < 40
+    assert got.token_ids == ref.token_ids and got.finished and got.text == ref.text
+
+
+def test_a_pad_ends_a_block_answer_as_eos_does():
+    """Block decoding: the raw decode (PAD taken for an ordinary token: another id fills the tail) up to its first
+    PAD, then EOS, is the answer; nothing after it is returned."""
+    model = _emits_at(PADID)
+    prompt = synthetic_prompt(TOK, 12, seed=22)
+    cfg = DecodeConfig(block_size=4, threshold=0.6, max_new_tokens=40)
+    mask_id = model_block_settings(model, TOK)[1]
+
+    def run(pad_id):
+        runner = StepRunner(model, collate_prompts([prompt], PADID), 4, 40)
+        return block_mod.decode_block(runner, cfg, mask_id=mask_id, eos_id=EOS, pad_id=pad_id)
+
+    raw = run(token_id(TOK, "z"))[0][0].tolist()  # "z": a token this model never emits here
+    assert PADID in raw
+    end = raw.index(PADID)
+    tokens, lengths, _, finished = run(PADID)
+    assert bool(finished[0]) and int(lengths[0]) == end + 1
+    assert tokens[0, :end + 1].tolist() == raw[:end] + [EOS]
+    assert set(tokens[0, end + 1:].tolist()) <= {PADID}
+
+
 @pytest.mark.parametrize("delayed", [False, True])
 @pytest.mark.parametrize("block", [4, 16])
 def test_threshold_strategy_bounded_by_block_size_forwards(block, delayed):

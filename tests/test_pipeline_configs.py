@@ -134,7 +134,7 @@ def test_the_conversion_trains_on_one_mixture_it_can_make_from_the_ar_vla(tmp_pa
     def mixture(name):
         return sorted((Path(s["path"]).relative_to(p.out).as_posix(), s["weight"]) for s in training_sources(p, stages[name]))
 
-    variants = p.data.train_variants
+    variants = {n: v for n, v in p.data.train_variants.items() if not v.opt_in}  # an opt-in set only where named
     total = sum(v.per_family for v in variants.values())
     base = [("data/train.json", 1.0), ("data/train_qa.json", p.data.qa_weight), ("data_phases/train.json", 1.0),
             *[(f"data_train_{n}/train.json", pytest.approx(v.per_family / total)) for n, v in variants.items()]]
@@ -159,6 +159,53 @@ def test_the_conversion_trains_on_one_mixture_it_can_make_from_the_ar_vla(tmp_pa
     producer = {s["aggregate"]["round"]: s["aggregate"]["planner"] for s in p.cfg["train"] if "aggregate" in s}
     assert producer[6] == "ar_vla" and "ar_vla" in p.cfg["checkpoints"]
     assert producer[7].split(",")[0] == "block32"
+
+
+def test_a_stage_sets_its_qa_share_and_names_the_traffic_sets_it_mixes(tmp_path, monkeypatch):
+    """`qa: w` or `qa: {weight, distil}` replaces `data.qa_weight` for one stage (`distil: false` reaches the QA
+    source); `train_variants: {name: share}` mixes each named set at its own share, opt-in sets too, while
+    `train_variants: w` leaves the opt-in ones out; a bad share or an unknown set name is one line naming the stage."""
+    from wamdiff.errors import UserError
+    from wamdiff.orchestration.pipeline import Pipeline, check_config_keys, training_sources
+
+    import wamdiff.driving.dataset as dataset
+
+    monkeypatch.setattr(dataset, "write_hard_braking_split", lambda data: Path(data) / "train_hard_braking.json")
+    p = Pipeline.load(ROOT / "configs" / "studies" / "robustness.yaml")  # the default + an opt-in `faster` set
+    p.out = tmp_path
+    _write_rounds(p.data_dir, dict.fromkeys([6, 7, 12, 13], 1))
+    opt_in = [n for n, v in p.data.train_variants.items() if v.opt_in]
+    assert opt_in == ["faster"]
+    stages = {s["name"]: s for s in p.cfg["train"] if "recipe" in s}
+    # the study's speed arm adds the faster traffic, which its teacher does not score; its control does not
+    fast = {Path(s["path"]).parent.name: s.get("distil", True) for s in training_sources(p, stages["main_fast"])}
+    more = {Path(s["path"]).parent.name for s in training_sources(p, stages["main_more"])}
+    assert fast["data_train_faster"] is False and set(fast) - more == {"data_train_faster"}
+    assert [k for k, distil in fast.items() if not distil] == ["data_train_faster"]
+
+    def mixture(spec):
+        return {Path(s["path"]).relative_to(p.out).as_posix(): (s["weight"], s.get("distil", True))
+                for s in training_sources(p, {"name": "x", **spec})}
+
+    assert mixture({"qa": {"weight": 0.6, "distil": False}}) == {"data/train.json": (1.0, True),
+                                                                  "data/train_qa.json": (0.6, False)}
+    assert mixture({"qa": {"distil": False}})["data/train_qa.json"] == (p.data.qa_weight, False)
+    assert "data/train_qa.json" not in mixture({"qa": {"weight": 0}})
+    named = mixture({"train_variants": {"faster": 0.5, "fast": 0.25}})
+    assert {k: v for k, v in named.items() if "data_train_" in k} == {"data_train_faster/train.json": (0.5, True),
+                                                                       "data_train_fast/train.json": (0.25, True)}
+    assert not any("faster" in k for k in mixture({"train_variants": 1.0}))
+    with pytest.raises(ValueError, match="train_variants: no data.train_variants set 'fastest'"):
+        mixture({"train_variants": {"fastest": 1.0}})
+    with pytest.raises(UserError, match="train_variants.faster: give its weight"):
+        mixture({"train_variants": {"faster": {"distil": False}}})
+    assert mixture({"qa": 0.3})["data/train_qa.json"] == (0.3, True)  # a number is the weight
+    for bad, why in [("lots", "qa: the weight must be a number >= 0"), ({"weight": -1}, "the weight must be"),
+                     ({"distil": "no"}, "qa: distil must be true or false"), ({"weigth": 1}, "weigth")]:
+        with pytest.raises(UserError, match=f"c.yaml: stage 's': .*{why}"):
+            check_config_keys({"train": [{"name": "s", "qa": bad}]}, Path("c.yaml"))
+    with pytest.raises(UserError, match="stage 's': train_variants.faster: distil must be true or false"):
+        check_config_keys({"train": [{"name": "s", "train_variants": {"faster": {"distil": 1}}}]}, Path("c.yaml"))
 
 
 def test_a_stage_can_weight_up_the_scenes_that_start_in_hard_braking(tmp_path):

@@ -117,6 +117,44 @@ def test_distillation_against_itself_is_exactly_zero(data, block_model, tmp_path
     assert out["grad_norm"] == pytest.approx(0.0, abs=1e-4)
 
 
+def test_a_source_the_teacher_does_not_score_learns_from_its_labels_alone(data, block_model, tmp_path):
+    """`distil: false` on the QA file, kd_ratio 0.5: against itself the teacher's JSD is 0 on every row, so the loss
+    is the masked CE (recomputed here by hand from the student's logits: CE / t at masked answer positions, summed
+    per sample, divided by its answer length) at weight 1 on a QA row and 0.5 on a driving row, mean over rows."""
+    import torch.nn.functional as F
+
+    qa = {"path": str(data["train_qa"]), "weight": 1.0, "distil": False}
+    rec = load_recipe(tiny_recipe(data, tmp_path / "qa", "distill_block", optim={"batch_size": 8},
+                                  data={"train": [str(data["train"]), qa]},
+                                  model={"init": str(block_model.final_model), "block_size": 4},
+                                  teacher={"path": str(block_model.final_model), "block_size": 4, "kd_ratio": 0.5}))
+    assert [s.distil for s in rec.data.train] == [True, False]
+    trainer = Trainer(rec)
+    seen_inputs, seen_logits = record_loss_inputs(trainer), []
+    real_logits = trainer.objective.student_logits
+
+    def spy_logits(model, inputs):
+        logits = real_logits(model, inputs)
+        seen_logits.append(logits.detach().clone())
+        return logits
+
+    trainer.objective.student_logits = spy_logits
+    out = trainer.train_step(0)
+    inputs, logits = seen_inputs[0], seen_logits[0]
+    own = torch.tensor([e.source == 1 for e in inputs.batch.examples])
+    assert own.any() and (~own).any()  # both kinds of rows in the batch
+    masked = (inputs.xt == trainer.objective.mask_token_id) & inputs.batch.answer_mask
+    per_sample = torch.zeros(len(own))
+    for i, j in masked.nonzero().tolist():
+        ce = F.cross_entropy(logits[i, j].float()[None], inputs.batch.x0[i, j][None])
+        per_sample[i] += float(ce) / float(inputs.t[i, j])
+    per_sample /= inputs.batch.answer_mask.sum(1).float()
+    # a distilled row: 0.5 * JSD (0 here) + 0.5 * CE; a QA row: its CE at full weight
+    expected = float((per_sample * torch.where(own, 1.0, 0.5)).mean())
+    assert float(per_sample[own].sum()) > 0.01
+    assert out["loss"] == pytest.approx(expected, rel=1e-4)
+
+
 def test_distill_block_teacher_sees_same_xt_at_its_configured_block_size(data, block_model, tmp_path):
     rec = load_recipe(tiny_recipe(data, tmp_path / "db", "distill_block", optim={"steps": 10},
                                   model={"init": str(block_model.final_model), "block_size": 8},

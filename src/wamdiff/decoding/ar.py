@@ -29,6 +29,7 @@ def decode_ar(runner: StepRunner, *, max_new_tokens: int, eos_id: int, pad_id: i
         if grammar_table is not None:
             logits = logits.masked_fill(~grammar_table[t], float("-inf"))
         tok = read_out(logits, t, **(readout or {}))[1]
+        tok = torch.where(tok == pad_id, eos_id, tok)  # a PAD ends the answer, as EOS does (PAD follows EOS in training)
         active = ~finished
         out[:, t] = torch.where(active, tok, out[:, t])
         forwards += active

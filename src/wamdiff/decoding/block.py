@@ -22,8 +22,8 @@ still-masked positions come last, and only those last rows get logits (and, with
 layer's MLP). The tokens are those of the full step.
 
 Batches: every sample runs every forward (fixed shapes); per-sample `active` flags decide what counts.
-A sample is finished once a block containing EOS is complete; its tail after EOS is PAD (the training
-convention). All selection is vectorised over the batch: no per-sample Python in the hot path.
+A sample is finished once a block containing EOS (or a PAD, read as EOS) is complete; its tail after EOS is PAD
+(the training convention). All selection is vectorised over the batch: no per-sample Python in the hot path.
 """
 
 from __future__ import annotations
@@ -169,11 +169,12 @@ def decode_block(
                 break
         pending = None
 
-        # EOS: keep tokens up to the first EOS, PAD after it (as trained); the sample is finished.
-        is_eos = x == eos_id
+        # EOS: keep tokens up to the first EOS, PAD after it (as trained); the sample is finished. A PAD ends the
+        # answer too (training puts PAD only after EOS; a free-text answer can skip the EOS): it is written as EOS.
+        is_eos = (x == eos_id) | (x == pad_id)
         has_eos = is_eos.any(1)
         first = torch.where(has_eos, is_eos.int().argmax(1), torch.full_like(lengths, block_size))
-        x = torch.where(cols[None] > first[:, None], pad_id, x)
+        x = torch.where(cols[None] > first[:, None], pad_id, torch.where(cols[None] == first[:, None], eos_id, x))
         out[:, blk * block_size:(blk + 1) * block_size] = torch.where(active[:, None], x, pad_id)
         lengths += torch.where(active, torch.clamp(first + 1, max=block_size), 0)
         finished |= active & has_eos

@@ -186,7 +186,7 @@ def check_path_names(p: Pipeline) -> None:
 # a stage or its `set:` names with `use:`.
 CONFIG_KEYS = ("out", "seed", "threads", "lanes", "checkpoints", "data", "train", "evaluate", "bench", "presets", "map")
 STAGE_KEYS = ("name", "recipe", "init", "teacher", "set", "fmt", "agg", "agg_rounds", "phases", "train_variants",
-              "hard_braking", "aggregate", "average", "use")
+              "hard_braking", "qa", "aggregate", "average", "use")
 
 
 def check_config_keys(raw: dict, path: Path) -> None:
@@ -200,6 +200,32 @@ def check_config_keys(raw: dict, path: Path) -> None:
         if not isinstance(spec, dict):
             raise UserError(f"{path}: train: a stage is a mapping with a `name`, got {spec!r}")
         refuse_unknown(spec, STAGE_KEYS, f"{path}: stage {spec.get('name')!r}")
+        where = f"{path}: stage {spec.get('name')!r}"
+        if "qa" in spec:
+            source_share(spec["qa"], f"{where}: qa")
+        if isinstance(spec.get("train_variants"), dict):
+            for name, share in spec["train_variants"].items():
+                source_share(share, f"{where}: train_variants.{name}")
+
+
+def source_share(value, where: str, default: float | None = None) -> tuple[float | None, bool]:
+    """A data source's place in a stage's mixture, `w` or `{weight: w, distil: true|false}`, as (weight, distil).
+    `distil: false`: the stage's teacher does not score the source (`training.config.DataSource.distil`). A mapping
+    without `weight` takes `default` (None: the caller's own default, or an error where there is none)."""
+    given = value if isinstance(value, dict) else {"weight": value}
+    refuse_unknown(given, ("weight", "distil"), where)
+    w = given.get("weight", default)
+    if w is not None and (isinstance(w, bool) or not isinstance(w, (int, float)) or w < 0):
+        raise UserError(f"{where}: the weight must be a number >= 0, got {w!r}")
+    if not isinstance(given.get("distil", True), bool):
+        raise UserError(f"{where}: distil must be true or false, got {given['distil']!r}")
+    return (None if w is None else float(w)), given.get("distil", True)
+
+
+def _source(path: Path, weight: float, distil: bool) -> dict:
+    """One entry of a recipe's `data.train`; `distil` is written only when false, so a mixture without it reads as
+    it did before the key existed (and its stage needs no re-run)."""
+    return {"path": str(path), "weight": weight, **({} if distil else {"distil": False})}
 
 
 def _read_config(path: Path) -> dict:
@@ -372,14 +398,15 @@ def stage_aggregate(p: Pipeline, spec: dict) -> dict:
 
 def training_sources(p: Pipeline, spec: dict) -> list[dict]:
     """A training stage's data mixture (`data.train` of its recipe): the expert scenes at weight 1, QA pairs at
-    `data.qa_weight`, the aggregation rounds' on-policy scenes at `agg`, scenes along the routes at `phases`, the
-    busier and faster traffic at `train_variants`, and the expert scenes whose ego brakes hard at t0 once more at
-    `hard_braking`."""
+    `data.qa_weight` (or the stage's `qa:`, a `source_share`), the aggregation rounds' on-policy scenes at `agg`,
+    scenes along the routes at `phases`, the busier and faster traffic at `train_variants`, and the expert scenes
+    whose ego brakes hard at t0 once more at `hard_braking`."""
     data = p.format_dir(spec.get("fmt"))
-    qa_weight = p.data.qa_weight
+    where = f"{p.config_path}: stage {spec['name']!r}"
+    qa_weight, qa_distil = source_share(spec.get("qa", {}), f"{where}: qa", default=p.data.qa_weight)
     sources = [{"path": str(data / "train.json"), "weight": 1.0}]
     if qa_weight > 0:
-        sources.append({"path": str(data / "train_qa.json"), "weight": qa_weight})
+        sources.append(_source(data / "train_qa.json", qa_weight, qa_distil))
     if spec.get("agg") and "agg_rounds" in spec:  # only these rounds, each by its size (as if merged)
         from wamdiff.driving.wamdiff2_json import read_samples
         from wamdiff.eval.aggregation import round_files
@@ -395,19 +422,36 @@ def training_sources(p: Pipeline, spec: dict) -> list[dict]:
             raise ValueError(f"{p.config_path}: stage {spec['name']!r}: `phases` needs data.phases and the main "
                              "answer format")
         sources.append({"path": str(p.phases_dir / "train.json"), "weight": float(spec["phases"])})
-    if spec.get("train_variants"):  # every `data.train_variants` set, at this share together, each by its size
-        names = list(p.data.train_variants)
-        if data != p.data_dir or not names:
-            raise ValueError(f"{p.config_path}: stage {spec['name']!r}: `train_variants` needs data.train_variants and "
-                             "the main answer format")
-        files = [p.train_variant_dir(n) / "train.json" for n in names]
-        sizes = [p.data.train_variants[n].per_family or p.data.scenes("train", p.config_path) for n in names]
-        sources += [{"path": str(f), "weight": float(spec["train_variants"]) * n / sum(sizes)} for f, n in zip(files, sizes)]
+    if spec.get("train_variants"):
+        sources += train_variant_sources(p, spec, data)
     if spec.get("hard_braking"):  # the expert scenes that start in hard braking, again at this share (a subset)
         from wamdiff.driving.dataset import write_hard_braking_split
 
         sources.append({"path": str(write_hard_braking_split(data)), "weight": float(spec["hard_braking"])})
     return sources
+
+
+def train_variant_sources(p: Pipeline, spec: dict, data: Path) -> list[dict]:
+    """A stage's `train_variants:`: a number w = every `data.train_variants` set but the opt-in ones, at share w
+    together, each by its size; a mapping {name: share} = each named set at its own share (`source_share`)."""
+    where = f"{p.config_path}: stage {spec['name']!r}: train_variants"
+    if data != p.data_dir or not p.data.train_variants:
+        raise ValueError(f"{where}: needs data.train_variants and the main answer format")
+    sets = p.data.train_variants
+    given = spec["train_variants"]
+    if isinstance(given, dict):
+        unknown = sorted(set(given) - set(sets))
+        if unknown:
+            raise ValueError(f"{where}: no data.train_variants set {unknown[0]!r} (sets: {', '.join(sets)})")
+        shares = {n: source_share(v, f"{where}.{n}") for n, v in given.items()}
+        missing = [n for n, (w, _) in shares.items() if w is None]
+        if missing:
+            raise UserError(f"{where}.{missing[0]}: give its weight ({{weight: w, distil: ...}} or a number)")
+        return [_source(p.train_variant_dir(n) / "train.json", w, distil) for n, (w, distil) in shares.items() if w]
+    names = [n for n, world in sets.items() if not world.opt_in]
+    sizes = [sets[n].per_family or p.data.scenes("train", p.config_path) for n in names]
+    return [{"path": str(p.train_variant_dir(n) / "train.json"), "weight": float(given) * k / sum(sizes)}
+            for n, k in zip(names, sizes)]
 
 
 # What the pipeline sets in a training stage's recipe over the recipe file's values: the stage's name and folder, the

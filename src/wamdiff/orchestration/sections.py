@@ -45,6 +45,14 @@ class World(BaseModel):
         return dict(self.model_extra or {})
 
 
+class TrainVariant(World):
+    """`data.train_variants.<name>`: training scenes of other world settings. `opt_in`: only a stage that names the
+    set (`train_variants: {NAME: w}`) mixes it in; `train_variants: w` takes every other set, so a set added for a new
+    stage leaves the mixture of the stages written before it as it was."""
+
+    opt_in: bool = False
+
+
 class Phases(World):
     """`data.phases`: training scenes whose t0 is spread along the routes, `per_family` of them per family."""
 
@@ -61,7 +69,7 @@ class DataSection(_Section):
     workers: PositiveInt = 2  # scene-simulation processes (the data stage and the robustness map)
     qa_weight: float = 0.0  # the QA pairs' share of a training stage's mixture
     variants: dict[str, World] = {}  # test-only traffic variants (`Pipeline.variant_dir`)
-    train_variants: dict[str, World] = {}  # training-only ones, mixed in by a stage's `train_variants: w`
+    train_variants: dict[str, TrainVariant] = {}  # training-only ones, mixed in by a stage's `train_variants:`
     phases: Optional[Phases] = None
 
     def scenes(self, split: str, path) -> int:

@@ -58,6 +58,10 @@ class RecipeKind(str, Enum):
 class DataSource:
     path: str
     weight: float = 1.0  # relative share of training samples drawn from this file
+    # false: a distillation's teacher does not score this file's samples; they learn from their labels alone (the
+    # masked CE at full weight). For data the teacher has not learnt: the conversion's B16 teacher answers 0 of 200
+    # meta-action questions right (docs/concepts/loss.md)
+    distil: bool = True
 
 
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]  # the language model's

@@ -78,11 +78,13 @@ class Objective:
         self.teacher = None
         self.grids = grids  # the vocabulary's value grids, for `diffusion.ordinal_sigma` targets
 
-    def masked_ce(self, logits, inputs: "StepInputs") -> torch.Tensor:
-        """The masked-diffusion CE of the student's logits (ordinal targets on value grids when configured)."""
+    def masked_ce(self, logits, inputs: "StepInputs", masked: torch.Tensor | None = None) -> torch.Tensor:
+        """The masked-diffusion CE of the student's logits at `masked` (default: every masked answer position;
+        ordinal targets on value grids when configured)."""
         from wamdiff.diffusion.losses import masked_diffusion_loss
 
-        return masked_diffusion_loss(logits, inputs.batch.x0, self.masked(inputs), inputs.t, inputs.batch.answer_mask,
+        masked = self.masked(inputs) if masked is None else masked
+        return masked_diffusion_loss(logits, inputs.batch.x0, masked, inputs.t, inputs.batch.answer_mask,
                                      grids=self.grids, sigma=self.recipe.diffusion.ordinal_sigma)
 
     @property
@@ -205,7 +207,17 @@ class Distill(Objective):
             return ar_forward(self.teacher, answer=b.x0, **_inputs_for(self.teacher, b))
         return diffusion_forward(self.teacher, x0=b.x0, xt=inputs.xt, block_size=self.teacher_block_size, **_inputs_for(self.teacher, b))
 
+    def distilled(self, batch: Batch) -> torch.Tensor:
+        """[N] bool: the rows whose source the teacher scores (`DataSource.distil`; the others learn from their
+        labels alone)."""
+        sources = self.recipe.data.train
+        flags = [sources[e.source].distil if e.source < len(sources) else True for e in batch.examples]
+        return torch.tensor(flags or [True] * len(batch), dtype=torch.bool, device=batch.x0.device)
+
     def loss(self, model, inputs: StepInputs) -> tuple[torch.Tensor, dict]:
+        """Per sample: kd_ratio * JSD + (1 - kd_ratio) * masked CE for a distilled row, the masked CE alone for a
+        row of a `distil: false` source (each term a per-sample mean over the whole batch, so the two kinds of rows
+        add up as one mean)."""
         from wamdiff.diffusion.losses import symmetric_jsd
 
         cfg = self.recipe.teacher
@@ -213,14 +225,20 @@ class Distill(Objective):
         t_logits = self.teacher_logits(inputs)
         V = min(s_logits.shape[-1], t_logits.shape[-1])  # embeddings may be padded differently
         masked = self.masked(inputs)
-        kd = symmetric_jsd(s_logits[..., :V], t_logits[..., :V], masked, inputs.batch.answer_mask,
+        rows = self.distilled(inputs.batch)[:, None]
+        kd = symmetric_jsd(s_logits[..., :V], t_logits[..., :V], masked & rows, inputs.batch.answer_mask,
                            beta=cfg.beta, temperature=cfg.temperature)
         logs = {"kd_loss": kd.detach()}
-        if cfg.kd_ratio >= 1.0 or (inputs.batch.on_policy and not cfg.onpolicy_ce):
-            return kd, logs  # (the student's own decode is no label to learn from: the teacher alone)
-        ce = self.masked_ce(s_logits, inputs)
-        logs["ce_loss"] = ce.detach()
-        return cfg.kd_ratio * kd + (1.0 - cfg.kd_ratio) * ce, logs
+        if inputs.batch.on_policy and not cfg.onpolicy_ce:
+            return kd, logs  # the student's own decode is no label to learn from: the teacher alone
+        own = None if bool(rows.all()) else self.masked_ce(s_logits, inputs, masked & ~rows)  # labels, full weight
+        if cfg.kd_ratio >= 1.0:
+            loss = kd
+        else:
+            ce = self.masked_ce(s_logits, inputs, masked & rows)
+            logs["ce_loss"] = ce.detach()
+            loss = cfg.kd_ratio * kd + (1.0 - cfg.kd_ratio) * ce
+        return (loss, logs) if own is None else (loss + own, {**logs, "own_label_loss": own.detach()})
 
 
 OBJECTIVES = {  # the registry: one line per recipe kind
