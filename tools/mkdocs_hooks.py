@@ -251,7 +251,7 @@ def main_student_page() -> str:
         "![paired](main_student/paired.png)", "",
         "## Robustness map", "",
         "`wamdiff eval map` on 18 cells: traffic density 0.5, 1, 2 × speed scale 0.8, 1, 1.4 × route phase 0 and "
-        "16 s, wider than training's density 1–1.3 and speed scale 1–1.25; 40 scenes per cell (10 per family). Per "
+        "16 s, wider than training's density 1–1.3 and speed scale 1–1.25; 100 scenes per cell (25 per family). Per "
         "cell PDMS, comfort and L2@4s of the expert, the AR VLA and the shipped main student, and each planner's "
         "difference to the AR VLA paired over the cell's scenes (outlined where the interval excludes 0). The table "
         "with every interval: [map.md](main_student/map/map.md) (and `map.csv`, `map.json`).", "",

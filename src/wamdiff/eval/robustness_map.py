@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import textwrap
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -273,7 +274,8 @@ def plot_heatmaps(rows: list[dict], folder: Path) -> list[Path]:
                     ax.set_title(f"route phase t0 spread {phase:g} s", fontsize=8)
                 fig.colorbar(im, ax=list(axes[0]), shrink=0.8, fraction=0.05)
                 ref = next((r.get("ref") for r in mine if r.get("ref")), "")
-                fig.suptitle(f"{metric}: {planner}" + (f" − {ref} (paired, 95 %)" if field == "delta" else ""), fontsize=9)
+                title = f"{metric}: {planner}" + (f" − {ref} (paired, 95 %)" if field == "delta" else "")
+                fig.suptitle("\n".join(textwrap.wrap(title, 90)), fontsize=8)  # result names are long: wrap, not clip
                 safe = metric.replace("@", "_at_").replace("/", "_")
                 path = folder / f"{'delta' if field == 'delta' else 'value'}_{safe}_{planner}.png"
                 fig.savefig(path, dpi=100)
