@@ -263,10 +263,13 @@ def plot_heatmaps(rows: list[dict], folder: Path) -> list[Path]:
                         if field == "delta":
                             r = next(x for x in mine if x["phase"] == phase and x["density"] == dens[a]
                                      and x["speed_scale"] == speeds[b])
-                            text = f"{v:+.2f}\n[{r['low']:+.2f}, {r['high']:+.2f}]"
+                            d = 1 if metric == "PDMS" else 2  # PDMS points need no second decimal (and fit the square)
+                            text = f"{v:+.{d}f}\n[{r['low']:+.{d}f}, {r['high']:+.{d}f}]"
                             if r["low"] > 0 or r["high"] < 0:
                                 ax.add_patch(plt.Rectangle((b - 0.5, a - 0.5), 1, 1, fill=False, lw=2, ec="black"))
-                        ax.text(b, a, text, ha="center", va="center", fontsize=7)
+                        r_, g_, b_, _ = im.cmap(im.norm(v))  # dark squares (viridis' low end) get white text
+                        ink = "white" if 0.299 * r_ + 0.587 * g_ + 0.114 * b_ < 0.45 else "black"
+                        ax.text(b, a, text, ha="center", va="center", fontsize=7, color=ink)
                     ax.set_xticks(range(len(speeds)), [f"{s:g}" for s in speeds])
                     ax.set_yticks(range(len(dens)), [f"{d:g}" for d in dens])
                     ax.set_xlabel("speed scale")
