@@ -195,3 +195,43 @@ def test_the_ordinal_read_out_needs_a_grammar(model):
     with pytest.raises(ValueError, match="ordinal"):
         resolve_decode({"ordinal": "-1"}, where="spec")
     assert resolve_decode({"ordinal": "2"}, where="spec").ordinal_window == 2
+
+
+@pytest.mark.parametrize("weight", [0.0, 0.05, 1.0])
+def test_smooth_path_equals_exhaustive_search(weight):
+    """The Viterbi path against every path of a 6-value grid over 4 positions, scored in plain Python."""
+    import itertools
+
+    from wamdiff.decoding.readout import smooth_path
+
+    g = torch.Generator().manual_seed(int(weight * 100))
+    p = torch.softmax(3 * torch.randn(3, 4, 6, generator=g), -1)
+    got = smooth_path(p, weight)
+    for n in range(3):
+        def score(path):
+            return (sum(math.log(float(p[n, k, i])) for k, i in enumerate(path))
+                    - weight * sum((a - b) ** 2 for a, b in zip(path, path[1:])))
+        best = max(itertools.product(range(6), repeat=4), key=score)
+        assert tuple(got[n].tolist()) == best
+
+
+def test_block_decoding_with_smoothness_reads_each_axis_as_one_path(model):
+    """A finished block's values on each grid are re-read as one path: at a prohibitive weight every value of a grid
+    is the same one; at a small weight some tokens move, not all; AR decoding ignores it."""
+    prompts = [synthetic_prompt(TOK, n, seed=n) for n in (5, 9, 13)]
+    base = dict(block_size=17, threshold=0.9, max_new_tokens=17, grammar=TWO_GRIDS, ordinal_window=0)
+    plain = generate(model, TOK, prompts, DecodeConfig(**base))
+    flat = generate(model, TOK, prompts, DecodeConfig(smoothness=1e6, **base))
+    some = generate(model, TOK, prompts, DecodeConfig(smoothness=0.1, **base))
+    for g, f in zip(plain, flat):
+        assert len(set(g.token_ids[0:16:2])) > 1  # the model's own x values vary ...
+        assert len(set(f.token_ids[0:16:2])) == 1 and len(set(f.token_ids[1:16:2])) == 1  # ... one value each
+        assert f.token_ids[16] == EOS
+    moved = sum(a != b for g, s in zip(plain, some) for a, b in zip(g.token_ids, s.token_ids))
+    assert 0 < moved < sum(len(g.token_ids) for g in plain)
+    ar = dict(mode="ar", grammar=TWO_GRIDS, max_new_tokens=17)
+    assert generate(model, TOK, prompts[:1], DecodeConfig(smoothness=1.0, **ar))[0].token_ids == \
+        generate(model, TOK, prompts[:1], DecodeConfig(**ar))[0].token_ids
+    with pytest.raises(ValueError, match="smoothness"):
+        resolve_decode({"smoothness": "-1"}, where="spec")
+    assert resolve_decode({"smoothness": "0.01"}, where="spec").smoothness == 0.01

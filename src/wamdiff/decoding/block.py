@@ -31,7 +31,7 @@ from __future__ import annotations
 import torch
 
 from wamdiff.decoding.config import DecodeConfig
-from wamdiff.decoding.readout import read_out
+from wamdiff.decoding.readout import grid_probs, read_out, smooth_path, window_mean
 from wamdiff.decoding.runner import StepRunner
 
 
@@ -115,6 +115,8 @@ def decode_block(
     lengths = torch.zeros(n, dtype=torch.long, device=dev)
     cols = torch.arange(block_size, device=dev)
     all_mask = torch.full((n, block_size), mask_id, dtype=torch.long, device=dev)
+    table = (readout or {}).get("table")
+    joint = config.smoothness > 0 and table is not None  # keep each decided position's grid probabilities
     schedule = fixed_schedule(block_size, config.max_steps) if config.strategy == "fixed" else None
     n_steps_cap = len(schedule) if schedule is not None else config.max_steps
 
@@ -130,6 +132,7 @@ def decode_block(
         masked = active[:, None].expand(n, block_size).clone()
         allowed = None if grammar_table is None else grammar_table[blk * block_size:(blk + 1) * block_size]
         decided_last = torch.zeros_like(masked)  # delayed cache: decided at the previous step, K/V not yet written
+        grid_p = torch.zeros(n, block_size, table.grids.ids.shape[1], device=dev) if joint else None
         step = 0
         while True:
             idx = None
@@ -163,11 +166,18 @@ def decode_block(
             else:
                 sel = select_threshold(conf, masked, config.threshold)
             x = torch.where(sel, pred, x)
+            if joint:  # the decided positions' grid probabilities, as they were when decided
+                rows = cols[None].expand(n, -1) if idx is None else idx
+                p = grid_probs(logits, blk * block_size + rows, table)[1]
+                p = p if idx is None else torch.zeros_like(grid_p).scatter(1, idx[..., None].expand_as(p), p)
+                grid_p = torch.where(sel[..., None], p, grid_p)
             masked = masked & ~sel
             decided_last = sel
             if not bool(masked.any()):
                 break
         pending = None
+        if joint:
+            x = _read_jointly(x, grid_p, blk * block_size + cols, table, config.smoothness, config.ordinal_window)
 
         # EOS: keep tokens up to the first EOS, PAD after it (as trained); the sample is finished. A PAD ends the
         # answer too (training puts PAD only after EOS; a free-text answer can skip the EOS): it is written as EOS.
@@ -191,3 +201,17 @@ def decode_block(
     finished &= lengths <= max_new_tokens
     lengths = torch.clamp(lengths, max=max_new_tokens)
     return out[:, :max_new_tokens], lengths, forwards, finished
+
+
+def _read_jointly(x, grid_p, positions, table, weight: float, window: int):
+    """A finished block with each axis's grid values re-read as one path (`DecodeConfig.smoothness`)."""
+    axis = table.position_axis[positions.clamp_max(len(table.position_axis) - 1)]
+    for a in range(len(table.grids.ids)):
+        where = (axis == a).nonzero().squeeze(1)
+        if len(where) < 2:
+            continue
+        p = grid_p[:, where]
+        _, index = window_mean(p, smooth_path(p, weight)[..., None], window)
+        x = x.clone()
+        x[:, where] = table.grids.ids[a][index]
+    return x

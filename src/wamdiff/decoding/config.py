@@ -56,6 +56,12 @@ class DecodeConfig:
         answers) as the grid value nearest the probability-weighted mean within w grid steps of its most likely
         value, with that window's probability as its confidence (`wamdiff.decoding.readout`); 0 = the most likely
         token and its probability. Applies to AR and block decoding alike; needs the grammar.
+    smoothness: lambda > 0 re-reads a finished block's grid values jointly (the grammar's grids, as `ordinal_window`):
+        per axis (a delta answer's x displacements, its y displacements), the path through each position's grid
+        probabilities, taken when it was decided, that maximises sum log p - lambda * sum (change between
+        consecutive values, in grid steps)^2 (Viterbi, `decoding.readout.smooth_path`), then the ordinal window's
+        mean around it. A model that picks each displacement on its own can put one 10 m off its neighbours; this
+        prior reads it with them. 0 = each position on its own. Block decoding only; needs the grammar.
     dtype: cast the model to this dtype first (IN PLACE; e.g. torch.bfloat16, or "int8": its Linear layers
         dynamically quantized, CPU only, `models.precision.quantize_linear_int8`); None keeps it.
     compile: torch.compile the one-step function (same setting applies to AR and block). On CPU with
@@ -81,6 +87,7 @@ class DecodeConfig:
     shared_prefix: bool = True
     grammar: Any = None
     ordinal_window: int = 0
+    smoothness: float = 0.0
     dtype: torch.dtype | str | None = None
     compile: bool = False
     cuda_graphs: bool = True
@@ -88,7 +95,7 @@ class DecodeConfig:
 
     def __post_init__(self) -> None:
         for name in ("mode", "strategy", "attention", "lean", "block_size", "threshold", "max_steps",
-                     "max_new_tokens", "ordinal_window"):
+                     "max_new_tokens", "ordinal_window", "smoothness"):
             reason = _field_error(name, getattr(self, name))
             if reason:
                 raise ValueError(f"DecodeConfig.{name} {reason}")
@@ -107,10 +114,11 @@ class DecodeConfig:
 _FIELD_TYPES = {"mode": str, "block_size": int, "threshold": float, "max_steps": int, "strategy": str,
                 "max_new_tokens": int, "delayed_cache": bool, "fused_commit": bool, "dtype": str, "compile": bool,
                 "attention": str, "lean": str, "prefill_cache": bool, "shared_prefix": bool, "ordinal_window": int,
-                "cuda_graphs": bool}
+                "smoothness": float, "cuda_graphs": bool}
 ALIASES = {"block": "block_size", "steps": "max_steps", "delayed": "delayed_cache", "ordinal": "ordinal_window"}
 # the block decode's own settings: an AR decode ignores them (the pipeline's AR rows drop them from `evaluate.decode`)
-BLOCK_SETTINGS = ("block_size", "threshold", "max_steps", "strategy", "delayed_cache", "fused_commit", "ordinal_window")
+BLOCK_SETTINGS = ("block_size", "threshold", "max_steps", "strategy", "delayed_cache", "fused_commit", "ordinal_window",
+                  "smoothness")
 _KIND_WORDS = {int: "an integer", float: "a number", bool: "yes/no", str: "text"}
 assert set(_FIELD_TYPES) == {f.name for f in fields(DecodeConfig)} - {"grammar"}
 DTYPE_NAMES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
@@ -191,6 +199,8 @@ def _field_error(name: str, value) -> str | None:
         return f"must lie in (0, 1], got {value!r}"
     if name in ("max_steps", "max_new_tokens") and value < 1:
         return f"must be >= 1, got {value!r}"
+    if name == "smoothness" and not float(value) >= 0.0:
+        return f"must be >= 0 (0 = each position on its own), got {value!r}"
     if name == "ordinal_window" and value < 0:
         return f"must be >= 0 (0 = plain read-out), got {value!r}"
     return None

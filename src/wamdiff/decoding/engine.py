@@ -59,9 +59,10 @@ def generate(model, tokenizer, prompts, config: DecodeConfig | None = None, *, t
     table = ordinal = None
     if config.grammar is not None:
         table = config.grammar.table(config.max_new_tokens + 64, vocab, pad_id, device)
-    if config.ordinal_window > 0:
+    if config.ordinal_window > 0 or (config.smoothness > 0 and config.mode == "block"):
         if config.grammar is None:
-            raise ValueError("DecodeConfig.ordinal_window needs a grammar of an ordinal answer format (delta, bins)")
+            raise ValueError("DecodeConfig.ordinal_window and smoothness need a grammar of an ordinal answer format "
+                             "(delta, bins)")
         ordinal = config.grammar.ordinal_table(config.max_new_tokens + 64, device)
     readout = dict(window=config.ordinal_window, table=ordinal)
 

@@ -51,16 +51,50 @@ def read_out(logits: torch.Tensor, positions: torch.Tensor | int | None = None, 
     conf = torch.exp(top - lse)
     if window <= 0 or table is None or positions is None:
         return conf, pred
-    positions = torch.as_tensor(positions, device=logits.device).clamp_max(len(table.position_axis) - 1)
-    axis = table.position_axis[positions].expand(pred.shape)
+    axis, p = grid_probs(logits, positions, table, lse)
     ids = table.grids.ids[axis.clamp_min(0)]  # [..., K]
-    valid = table.grids.valid[axis.clamp_min(0)]
-    p = torch.exp(logits.gather(-1, ids) - lse[..., None]).masked_fill(~valid, 0.0)
     mode = p.argmax(-1, keepdim=True)
-    grid = torch.arange(ids.shape[-1], device=ids.device)
-    near = ((grid - mode).abs() <= window) & valid
+    mass, value = window_mean(p, mode, window)
+    use = (axis >= 0) & (ids.gather(-1, mode).squeeze(-1) == pred)
+    return torch.where(use, mass, conf), torch.where(use, ids.gather(-1, value[..., None]).squeeze(-1), pred)
+
+
+def grid_probs(logits: torch.Tensor, positions, table: OrdinalTable, lse: torch.Tensor | None = None):
+    """(axis [...], p [..., K]): each row's grid (-1: none) and its probabilities over that grid's values in value
+    order (0 at padding; of a row on no grid, those of grid 0, to be ignored)."""
+    logits = logits.float()
+    lse = torch.logsumexp(logits, -1) if lse is None else lse
+    positions = torch.as_tensor(positions, device=logits.device).clamp_max(len(table.position_axis) - 1)
+    axis = table.position_axis[positions].expand(logits.shape[:-1])
+    ids = table.grids.ids[axis.clamp_min(0)]
+    valid = table.grids.valid[axis.clamp_min(0)]
+    return axis, torch.exp(logits.gather(-1, ids) - lse[..., None]).masked_fill(~valid, 0.0)
+
+
+def window_mean(p: torch.Tensor, centre: torch.Tensor, window: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(mass, grid index): the probability within `window` steps of `centre` [..., 1] and the index nearest the
+    probability-weighted mean there (window 0: the centre itself)."""
+    grid = torch.arange(p.shape[-1], device=p.device)
+    near = (grid - centre).abs() <= window
     mass = (p * near).sum(-1)
     mean = (p * near * grid).sum(-1) / mass.clamp_min(1e-30)
-    value = mean.round().long().clamp(0, ids.shape[-1] - 1)[..., None]
-    use = (axis >= 0) & (ids.gather(-1, mode).squeeze(-1) == pred)
-    return torch.where(use, mass, conf), torch.where(use, ids.gather(-1, value).squeeze(-1), pred)
+    return mass, mean.round().long().clamp(0, p.shape[-1] - 1)
+
+
+def smooth_path(p: torch.Tensor, weight: float) -> torch.Tensor:
+    """The grid indices [N, L] of L consecutive values of one axis (a delta answer's x displacements, say) read
+    jointly: the path maximising sum_k log p[:, k, i_k] - weight * sum_k (i_k - i_{k-1})^2, grid steps squared
+    (Viterbi). p [N, L, K]: each position's probabilities over the grid. weight 0 = each position's own mode."""
+    logp = p.clamp_min(1e-30).log()
+    grid = torch.arange(p.shape[-1], device=p.device, dtype=logp.dtype)
+    cost = weight * (grid[:, None] - grid[None, :]) ** 2  # [from, to]
+    score, back = logp[:, 0], []
+    for k in range(1, p.shape[1]):
+        total = score[:, :, None] - cost[None]  # [N, from, to]
+        score, arg = total.max(1)
+        score = score + logp[:, k]
+        back.append(arg)
+    path = [score.argmax(-1)]
+    for arg in reversed(back):
+        path.append(arg.gather(1, path[-1][:, None]).squeeze(1))
+    return torch.stack(path[::-1], 1)
