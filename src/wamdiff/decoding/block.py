@@ -206,12 +206,12 @@ def decode_block(
 def _read_jointly(x, grid_p, positions, table, weight: float, window: int):
     """A finished block with each axis's grid values re-read as one path (`DecodeConfig.smoothness`)."""
     axis = table.position_axis[positions.clamp_max(len(table.position_axis) - 1)]
+    x = x.clone()
     for a in range(len(table.grids.ids)):
         where = (axis == a).nonzero().squeeze(1)
         if len(where) < 2:
             continue
         p = grid_p[:, where]
         _, index = window_mean(p, smooth_path(p, weight)[..., None], window)
-        x = x.clone()
         x[:, where] = table.grids.ids[a][index]
     return x

@@ -450,7 +450,7 @@ def train_variant_sources(p: Pipeline, spec: dict, data: Path) -> list[dict]:
         return [_source(p.train_variant_dir(n) / "train.json", w, distil) for n, (w, distil) in shares.items() if w]
     names = [n for n, world in sets.items() if not world.opt_in]
     sizes = [sets[n].per_family or p.data.scenes("train", p.config_path) for n in names]
-    return [{"path": str(p.train_variant_dir(n) / "train.json"), "weight": float(given) * k / sum(sizes)}
+    return [_source(p.train_variant_dir(n) / "train.json", float(given) * k / sum(sizes), True)
             for n, k in zip(names, sizes)]
 
 
