@@ -215,6 +215,27 @@ def test_smooth_path_equals_exhaustive_search(weight):
         assert tuple(got[n].tolist()) == best
 
 
+@pytest.mark.parametrize("candidates", [1, 2, 6])
+def test_smooth_path_with_candidates_searches_the_rows_likeliest_values(candidates):
+    """With c candidates the path runs through the values some position of the row ranks among its c likeliest:
+    against every path over that set, scored in plain Python (c = the grid size: the exact search)."""
+    import itertools
+
+    from wamdiff.decoding.readout import smooth_path
+
+    g = torch.Generator().manual_seed(candidates)
+    p = torch.softmax(2 * torch.randn(4, 4, 6, generator=g), -1)
+    got = smooth_path(p, 0.3, candidates)
+    for n in range(4):
+        allowed = sorted({int(i) for k in range(4) for i in p[n, k].topk(candidates).indices})
+        def score(path):
+            return (sum(math.log(float(p[n, k, i])) for k, i in enumerate(path))
+                    - 0.3 * sum((a - b) ** 2 for a, b in zip(path, path[1:])))
+        best = max(itertools.product(allowed, repeat=4), key=score)
+        assert tuple(got[n].tolist()) == best
+    assert torch.equal(smooth_path(p, 0.3, 6), smooth_path(p, 0.3))
+
+
 def test_block_decoding_with_smoothness_reads_each_axis_as_one_path(model):
     """A finished block's values on each grid are re-read as one path: at a prohibitive weight every value of a grid
     is the same one; at a small weight some tokens move, not all; AR decoding ignores it."""

@@ -171,11 +171,11 @@ def test_a_stage_sets_its_qa_share_and_names_the_traffic_sets_it_mixes(tmp_path,
     import wamdiff.driving.dataset as dataset
 
     monkeypatch.setattr(dataset, "write_hard_braking_split", lambda data: Path(data) / "train_hard_braking.json")
-    p = Pipeline.load(ROOT / "configs" / "studies" / "robustness.yaml")  # the default + an opt-in `faster` set
+    p = Pipeline.load(ROOT / "configs" / "studies" / "robustness.yaml")  # the default + opt-in faster traffic sets
     p.out = tmp_path
     _write_rounds(p.data_dir, dict.fromkeys([6, 7, 12, 13], 1))
     opt_in = [n for n, v in p.data.train_variants.items() if v.opt_in]
-    assert opt_in == ["faster"]
+    assert opt_in == ["faster", "fastest"]
     stages = {s["name"]: s for s in p.cfg["train"] if "recipe" in s}
     # the study's speed arm adds the faster traffic, which its teacher does not score; its control does not
     fast = {Path(s["path"]).parent.name: s.get("distil", True) for s in training_sources(p, stages["main_fast"])}
@@ -195,8 +195,8 @@ def test_a_stage_sets_its_qa_share_and_names_the_traffic_sets_it_mixes(tmp_path,
     assert {k: v for k, v in named.items() if "data_train_" in k} == {"data_train_faster/train.json": (0.5, True),
                                                                        "data_train_fast/train.json": (0.25, True)}
     assert not any("faster" in k for k in mixture({"train_variants": 1.0}))
-    with pytest.raises(ValueError, match="train_variants: no data.train_variants set 'fastest'"):
-        mixture({"train_variants": {"fastest": 1.0}})
+    with pytest.raises(ValueError, match="train_variants: no data.train_variants set 'fastests'"):
+        mixture({"train_variants": {"fastests": 1.0}})
     with pytest.raises(UserError, match="train_variants.faster: give its weight"):
         mixture({"train_variants": {"faster": {"distil": False}}})
     assert mixture({"qa": 0.3})["data/train_qa.json"] == (0.3, True)  # a number is the weight

@@ -229,8 +229,10 @@ def main_student_page() -> str:
         "drives training routes at its quoted decode, the expert labels what it visited, also up to 6 m off the route, "
         "and it trains on those labels with its block-wise teacher kept (`configs/default.yaml`, stages `agg_r12_main` "
         "… `main_dagger2`; [how](../guides/train.md)). The shipped one is `checkpoints/main/main_dagger2` (bf16). "
-        "Every student row decodes one 17-token block in ≤ 4 forwards at τ 0.5 with the ordinal read-out; the AR VLA "
-        "decodes greedily. The commands are in the [results notes](../development/results-notes.md).", "",
+        "Every student row decodes one 17-token block in ≤ 4 forwards at τ 0.5 with the ordinal read-out, and rows "
+        "named `smoothness-0.003` also with the [joint read-out](../concepts/decoding.md#smoothness) of each block's "
+        "displacements, the shipped student's recorded decode since 2026-12-04; the AR VLA decodes greedily. The "
+        "commands are in the [results notes](../development/results-notes.md).", "",
         "## Closed loop", "",
         "The 100 routes (`wamdiff eval closedloop --routes full`), routes completed per family. Success with its "
         "Wilson interval and the difference to the AR VLA paired route by route are in `closedloop_paired.csv`; the "
@@ -246,7 +248,9 @@ def main_student_page() -> str:
         "The same 1,600 scenes as the small student's (the test split and five world variants, two of them settings "
         "no stage trains on), pooled; Δ columns paired against the AR VLA scene by scene (the 95 % intervals per "
         "split in `paired.csv`). Speed from the test split's plan timings at the same decode (fp32, torch's default "
-        "two threads). Generated at build time from `docs/results/main_student/front.csv` (`wamdiff eval front`).", "",
+        "two threads), measured on 2026-12-04 on a faster machine than the small student page's timings, so its "
+        "ratios differ from those. Generated at build time from `docs/results/main_student/front.csv` "
+        "(`wamdiff eval front`).", "",
         *front_table(folder / "front.csv", "AR VLA"), "", "![front](main_student/front.png)", "",
         "![paired](main_student/paired.png)", "",
         "## Robustness map", "",
@@ -261,7 +265,7 @@ def main_student_page() -> str:
         "![comfort of the AR VLA](main_student/map/heatmaps/value_C_model_ar_vla_mode-ar_batch-16.png)", ""])
 
 
-MAIN_STUDENT = "model_main_dagger2_mode-block_block-17_steps-4_threshold-0.5_ordinal-2_batch-16"  # its result name
+MAIN_STUDENT = "model_main_dagger2_mode-block_block-17_steps-4_threshold-0.5_ordinal-2_batch-16_smoothness-0.003"  # its result name
 
 
 def parity_page() -> str:

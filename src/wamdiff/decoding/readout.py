@@ -81,20 +81,29 @@ def window_mean(p: torch.Tensor, centre: torch.Tensor, window: int) -> tuple[tor
     return mass, mean.round().long().clamp(0, p.shape[-1] - 1)
 
 
-def smooth_path(p: torch.Tensor, weight: float) -> torch.Tensor:
+def smooth_path(p: torch.Tensor, weight: float, candidates: int | None = None) -> torch.Tensor:
     """The grid indices [N, L] of L consecutive values of one axis (a delta answer's x displacements, say) read
     jointly: the path maximising sum_k log p[:, k, i_k] - weight * sum_k (i_k - i_{k-1})^2, grid steps squared
-    (Viterbi). p [N, L, K]: each position's probabilities over the grid. weight 0 = each position's own mode."""
+    (Viterbi). p [N, L, K]: each position's probabilities over the grid. weight 0 = each position's own mode.
+
+    `candidates` c: the path runs only through values that some position of the row has among its c most likely
+    (at most L*c values instead of K): the search costs (L*c)^2 per position instead of K^2, and with c >= K it is
+    the exact search. A value no position ranks that high is not worth its log-probability on any path."""
     logp = p.clamp_min(1e-30).log()
-    grid = torch.arange(p.shape[-1], device=p.device, dtype=logp.dtype)
-    cost = weight * (grid[:, None] - grid[None, :]) ** 2  # [from, to]
+    n, length, k = logp.shape
+    if candidates is not None and candidates < k:
+        values = logp.topk(candidates, -1).indices.reshape(n, -1)  # [N, M] grid indices (repeats are harmless)
+        logp = logp.gather(2, values[:, None, :].expand(n, length, -1))
+    else:
+        values = torch.arange(k, device=p.device).expand(n, k)
+    step = values.to(logp.dtype)
+    cost = weight * (step[:, :, None] - step[:, None, :]) ** 2  # [N, from, to]
     score, back = logp[:, 0], []
-    for k in range(1, p.shape[1]):
-        total = score[:, :, None] - cost[None]  # [N, from, to]
-        score, arg = total.max(1)
-        score = score + logp[:, k]
+    for i in range(1, length):
+        score, arg = (score[:, :, None] - cost).max(1)
+        score = score + logp[:, i]
         back.append(arg)
     path = [score.argmax(-1)]
     for arg in reversed(back):
         path.append(arg.gather(1, path[-1][:, None]).squeeze(1))
-    return torch.stack(path[::-1], 1)
+    return values.gather(1, torch.stack(path[::-1], 1))

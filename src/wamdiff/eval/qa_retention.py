@@ -51,8 +51,9 @@ def answer_questions(spec, qa_file: str | Path, limit: int | None = None, batch:
     model, tok = load_model(spec.checkpoint)
     examples = load_examples(qa_file, tok, vision=bool(is_vision_model(model)), limit=limit,
                              image_processor=image_processor_for(model))
-    # QA answers are free text: no trajectory grammar and no grid read-out (`ordinal_window`), the rest as planned
-    config = replace(spec.decode, max_new_tokens=QA_MAX_NEW_TOKENS, grammar=None, ordinal_window=0)
+    # QA answers are free text: no trajectory grammar and no grid read-outs (`ordinal_window`, `smoothness`), the
+    # rest as planned
+    config = replace(spec.decode, max_new_tokens=QA_MAX_NEW_TOKENS, grammar=None, ordinal_window=0, smoothness=0.0)
     rows = []
     with torch.inference_mode():
         for i in range(0, len(examples), batch):

@@ -244,7 +244,6 @@ def plot_heatmaps(rows: list[dict], folder: Path) -> list[Path]:
                 if field == "delta" and not any(r.get("delta") is not None for r in mine):
                     continue
                 fig, axes = plt.subplots(1, len(phases), figsize=(3.6 * len(phases) + 0.8, 3.6), squeeze=False)
-                fig.subplots_adjust(left=0.16, bottom=0.17, top=0.84, right=0.86, wspace=0.35)
                 vals = np.array([r[field] for r in mine if r.get(field) is not None], float)
                 if field == "delta":
                     span = float(np.nanmax(np.abs(vals))) if len(vals) else 1.0
@@ -278,7 +277,9 @@ def plot_heatmaps(rows: list[dict], folder: Path) -> list[Path]:
                 fig.colorbar(im, ax=list(axes[0]), shrink=0.8, fraction=0.05)
                 ref = next((r.get("ref") for r in mine if r.get("ref")), "")
                 title = f"{metric}: {planner}" + (f" − {ref} (paired, 95 %)" if field == "delta" else "")
-                fig.suptitle("\n".join(textwrap.wrap(title, 90)), fontsize=8)  # result names are long: wrap, not clip
+                lines = textwrap.wrap(title, 90)  # result names are long: wrap, not clip, and make room above
+                fig.suptitle("\n".join(lines), fontsize=8)
+                fig.subplots_adjust(left=0.16, bottom=0.17, top=0.88 - 0.035 * len(lines), right=0.86, wspace=0.35)
                 safe = metric.replace("@", "_at_").replace("/", "_")
                 path = folder / f"{'delta' if field == 'delta' else 'value'}_{safe}_{planner}.png"
                 fig.savefig(path, dpi=100)
