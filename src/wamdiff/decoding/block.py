@@ -35,7 +35,8 @@ from wamdiff.decoding.readout import grid_probs, read_out, smooth_path, window_m
 from wamdiff.decoding.runner import StepRunner
 
 # The joint read-out's search runs through each position's few most likely grid values (`readout.smooth_path`).
-# Measured on the main student: 8 gives the same plans as the search over the whole grid (docs/concepts/decoding.md).
+# Measured on the main student with 8: 393 of 400 plans as with the search over the whole grid, the rest 12 tokens
+# apart, at no measurable latency (the whole grid: +14 % at batch 1; docs/concepts/decoding.md).
 JOINT_CANDIDATES = 8
 
 
