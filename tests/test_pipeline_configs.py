@@ -175,7 +175,7 @@ def test_a_stage_sets_its_qa_share_and_names_the_traffic_sets_it_mixes(tmp_path,
     p.out = tmp_path
     _write_rounds(p.data_dir, dict.fromkeys([6, 7, 12, 13], 1))
     opt_in = [n for n, v in p.data.train_variants.items() if v.opt_in]
-    assert opt_in == ["faster", "fastest"]
+    assert opt_in == ["faster", "fastest", "faster_roads", "fastest_roads"]
     stages = {s["name"]: s for s in p.cfg["train"] if "recipe" in s}
     # the study's speed arm adds the faster traffic, which its teacher does not score; its control does not
     fast = {Path(s["path"]).parent.name: s.get("distil", True) for s in training_sources(p, stages["main_fast"])}
@@ -206,6 +206,32 @@ def test_a_stage_sets_its_qa_share_and_names_the_traffic_sets_it_mixes(tmp_path,
             check_config_keys({"train": [{"name": "s", "qa": bad}]}, Path("c.yaml"))
     with pytest.raises(UserError, match="stage 's': train_variants.faster: distil must be true or false"):
         check_config_keys({"train": [{"name": "s", "train_variants": {"faster": {"distil": 1}}}]}, Path("c.yaml"))
+
+
+def test_a_traffic_set_can_be_of_some_road_families_only(tmp_path, monkeypatch):
+    """`families` on a `data.train_variants` set makes its scenes in those families alone; `train_variants: w` shares
+    w between the sets by their scene counts (per family x families); an unknown family is refused at load."""
+    import wamdiff.driving.dataset as dataset
+    from wamdiff.orchestration.pipeline import Pipeline, stage_data, train_variant_sources
+    from wamdiff.orchestration.sections import TrainVariant
+
+    p = Pipeline.load(ROOT / "configs" / "default.yaml")
+    p.out = tmp_path
+    sets = {"all": TrainVariant(per_family=100, speed_scale=1.2),
+            "fast_roads": TrainVariant(per_family=100, speed_scale=1.5, families=["highway", "merge"])}
+    p.data = p.data.model_copy(update={"train_variants": sets, "phases": None, "variants": {}, "formats": []})
+    calls = []
+    monkeypatch.setattr(dataset, "generate_dataset", lambda out, **kw: calls.append((Path(out).name, kw)) or {})
+    stage_data(p, splits=("train",))
+    made = {name: kw for name, kw in calls}
+    assert made["data_train_fast_roads"]["families"] == ["highway", "merge"]
+    assert made["data_train_fast_roads"]["speed_scale"] == 1.5 and "families" not in sets["fast_roads"].settings
+    assert made["data_train_all"]["families"] == list(p.data.families) == made["data"]["families"]
+    weights = {Path(s["path"]).parent.name: s["weight"]
+               for s in train_variant_sources(p, {"name": "s", "train_variants": 1.0}, p.data_dir)}
+    assert weights == {"data_train_all": pytest.approx(400 / 600), "data_train_fast_roads": pytest.approx(200 / 600)}
+    with pytest.raises(ValueError, match="families"):
+        TrainVariant(per_family=1, families=["motorway"])
 
 
 def test_a_stage_can_weight_up_the_scenes_that_start_in_hard_braking(tmp_path):

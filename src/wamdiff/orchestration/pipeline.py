@@ -363,7 +363,8 @@ def stage_data(p: Pipeline, splits: tuple[str, ...] = ("train", "val", "test")) 
                    for name, world in d.train_variants.items()]
     for key, out, split, world in worlds:
         n = world.per_family or d.scenes(split, p.config_path)
-        stats[key] = generate_dataset(out, split=split, n=n, fmt=d.fmt, **common, **world.settings)
+        families = world.families or d.families
+        stats[key] = generate_dataset(out, split=split, n=n, fmt=d.fmt, **{**common, "families": families}, **world.settings)
     return {"splits": stats}
 
 
@@ -449,7 +450,8 @@ def train_variant_sources(p: Pipeline, spec: dict, data: Path) -> list[dict]:
             raise UserError(f"{where}.{missing[0]}: give its weight ({{weight: w, distil: ...}} or a number)")
         return [_source(p.train_variant_dir(n) / "train.json", w, distil) for n, (w, distil) in shares.items() if w]
     names = [n for n, world in sets.items() if not world.opt_in]
-    sizes = [sets[n].per_family or p.data.scenes("train", p.config_path) for n in names]
+    sizes = [(sets[n].per_family or p.data.scenes("train", p.config_path)) * len(sets[n].families or p.data.families)
+             for n in names]
     return [_source(p.train_variant_dir(n) / "train.json", float(given) * k / sum(sizes), True)
             for n, k in zip(names, sizes)]
 

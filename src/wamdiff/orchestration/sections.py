@@ -35,10 +35,12 @@ class PerFamily(_Section):
 
 class World(BaseModel):
     """Scenes of other world settings: the `WorldConfig` fields (density, speed_scale, t0_spread_s, ...) passed to
-    the world as written, which checks them when the scenes are made; `per_family` overrides the split's count."""
+    the world as written, which checks them when the scenes are made; `per_family` overrides the split's count and
+    `families` the road families (`data.families` when not given)."""
 
     model_config = ConfigDict(extra="allow")
     per_family: Optional[PositiveInt] = None
+    families: Optional[list[Family]] = None
 
     @property
     def settings(self) -> dict[str, Any]:
