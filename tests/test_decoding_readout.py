@@ -234,6 +234,7 @@ def test_smooth_path_with_candidates_searches_the_rows_likeliest_values(candidat
         best = max(itertools.product(allowed, repeat=4), key=score)
         assert tuple(got[n].tolist()) == best
     assert torch.equal(smooth_path(p, 0.3, 6), smooth_path(p, 0.3))
+    assert smooth_path(p[:0], 0.3, candidates).shape == (0, 4)  # an empty batch
 
 
 def test_block_decoding_with_smoothness_reads_each_axis_as_one_path(model):

@@ -230,8 +230,9 @@ def test_a_traffic_set_can_be_of_some_road_families_only(tmp_path, monkeypatch):
     weights = {Path(s["path"]).parent.name: s["weight"]
                for s in train_variant_sources(p, {"name": "s", "train_variants": 1.0}, p.data_dir)}
     assert weights == {"data_train_all": pytest.approx(400 / 600), "data_train_fast_roads": pytest.approx(200 / 600)}
-    with pytest.raises(ValueError, match="families"):
-        TrainVariant(per_family=1, families=["motorway"])
+    for bad in (["motorway"], [], ["merge", "merge"]):
+        with pytest.raises(ValueError, match="families"):
+            TrainVariant(per_family=1, families=bad)
 
 
 def test_a_stage_can_weight_up_the_scenes_that_start_in_hard_braking(tmp_path):

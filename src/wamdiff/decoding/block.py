@@ -36,7 +36,7 @@ from wamdiff.decoding.runner import StepRunner
 
 # The joint read-out's search runs through each position's few most likely grid values (`readout.smooth_path`).
 # Measured on the main student with 8: 393 of 400 plans as with the search over the whole grid, the rest 12 tokens
-# apart, at no measurable latency (the whole grid: +14 % at batch 1; docs/concepts/decoding.md).
+# apart, at no measurable latency (the whole grid: +14 % at batch 1; docs/development/results-notes.md).
 JOINT_CANDIDATES = 8
 
 

@@ -92,7 +92,7 @@ def smooth_path(p: torch.Tensor, weight: float, candidates: int | None = None) -
     logp = p.clamp_min(1e-30).log()
     n, length, k = logp.shape
     if candidates is not None and candidates < k:
-        values = logp.topk(candidates, -1).indices.reshape(n, -1)  # [N, M] grid indices (repeats are harmless)
+        values = logp.topk(candidates, -1).indices.reshape(n, length * candidates)  # [N, M] grid indices (repeats harmless)
         logp = logp.gather(2, values[:, None, :].expand(n, length, -1))
     else:
         values = torch.arange(k, device=p.device).expand(n, k)

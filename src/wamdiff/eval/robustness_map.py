@@ -274,12 +274,13 @@ def plot_heatmaps(rows: list[dict], folder: Path) -> list[Path]:
                     ax.set_xlabel("speed scale")
                     ax.set_ylabel("traffic density")
                     ax.set_title(f"route phase t0 spread {phase:g} s", fontsize=8)
-                fig.colorbar(im, ax=list(axes[0]), shrink=0.8, fraction=0.05)
                 ref = next((r.get("ref") for r in mine if r.get("ref")), "")
                 title = f"{metric}: {planner}" + (f" − {ref} (paired, 95 %)" if field == "delta" else "")
                 lines = textwrap.wrap(title, 90)  # result names are long: wrap, not clip, and make room above
                 fig.suptitle("\n".join(lines), fontsize=8)
+                # the margins before the colorbar, which takes its room from the panels as they then stand
                 fig.subplots_adjust(left=0.16, bottom=0.17, top=0.88 - 0.035 * len(lines), right=0.86, wspace=0.35)
+                fig.colorbar(im, ax=list(axes[0]), shrink=0.8, fraction=0.05)
                 safe = metric.replace("@", "_at_").replace("/", "_")
                 path = folder / f"{'delta' if field == 'delta' else 'value'}_{safe}_{planner}.png"
                 fig.savefig(path, dpi=100)

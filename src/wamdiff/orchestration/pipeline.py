@@ -355,8 +355,8 @@ def stage_data(p: Pipeline, splits: tuple[str, ...] = ("train", "val", "test")) 
         for split in splits:  # every scene is there already: this writes the answer files in `fmt`
             generate_dataset(other, split=split, n=d.scenes(split, p.config_path), fmt=fmt, progress=False, **common)
     if d.phases is not None and "train" in splits:
-        stats["phases"] = generate_dataset(p.phases_dir, split="train", n=d.phases.per_family, fmt=d.fmt, **common,
-                                           **d.phases.settings)
+        stats["phases"] = generate_dataset(p.phases_dir, split="train", n=d.phases.per_family, fmt=d.fmt,
+                                           **{**common, "families": d.phases.families or d.families}, **d.phases.settings)
     worlds = [(f"variant_{name}", p.variant_dir(name), "test", world) for name, world in d.variants.items()]
     if "train" in splits:
         worlds += [(f"train_{name}", p.train_variant_dir(name), "train", world)

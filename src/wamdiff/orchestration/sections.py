@@ -42,6 +42,13 @@ class World(BaseModel):
     per_family: Optional[PositiveInt] = None
     families: Optional[list[Family]] = None
 
+    @field_validator("families")
+    @classmethod
+    def _some_distinct(cls, v):
+        if v is not None and (not v or len(set(v)) != len(v)):
+            raise ValueError("give one or more distinct road families")
+        return v
+
     @property
     def settings(self) -> dict[str, Any]:
         return dict(self.model_extra or {})
