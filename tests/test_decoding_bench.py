@@ -599,9 +599,9 @@ def test_the_step_caps_are_max_steps_and_the_old_name_still_reads(monkeypatch):
     assert grid_from_settings({}).max_steps == BenchGrid().max_steps == [32]
     grid = BenchGrid([1], [4], [0.9], ["fp32"], max_steps=[4, 2], caches=["exact"])
     prompts = [SimpleNamespace(input_ids=torch.arange(3))]
-    # an older version's grid: the caps under their old name, and no cuda_graphs field (it came later)
+    # an older version's grid: the caps under their old name, and no cuda_graphs or smoothness field (they came later)
     old_grid = {("max_steps_per_block" if k == "max_steps" else k): v for k, v in asdict(grid).items()
-                if k != "cuda_graphs"}
+                if k not in ("cuda_graphs", "smoothness")}
     ident = {"grid": old_grid, "prompts": [[0, 1, 2]], "format": "delta", "model": "m", "ar_model": None}
     old = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
     monkeypatch.setattr(journal_mod, "model_fingerprint", lambda model: "m")
@@ -609,6 +609,9 @@ def test_the_step_caps_are_max_steps_and_the_old_name_still_reads(monkeypatch):
     # graphs off is another benchmark: its journal must not resume the graphs-on run's rows
     no_graphs = BenchGrid([1], [4], [0.9], ["fp32"], max_steps=[4, 2], caches=["exact"], cuda_graphs=False)
     assert fingerprint(no_graphs, prompts, object(), None, "delta") != old
+    # and so is the joint read-out on
+    smooth = BenchGrid([1], [4], [0.9], ["fp32"], max_steps=[4, 2], caches=["exact"], smoothness=0.003)
+    assert fingerprint(smooth, prompts, object(), None, "delta") != old
 
 
 def test_the_grid_passes_cuda_graphs_to_every_decode():
@@ -619,3 +622,21 @@ def test_the_grid_passes_cuda_graphs_to_every_decode():
     assert off.cuda_graphs is False
     assert off.config().cuda_graphs is False
     assert off.block_config((8, 0.9, 4, "exact")).cuda_graphs is False
+
+
+def test_the_grid_decodes_with_the_joint_read_out_of_its_settings_on_grid_formats_only():
+    """`bench: smoothness` reaches every diffusion point of an ordinal format (the students' decode, so a speed figure
+    is timed at the decode of its quality figure) and no point of a text format (no grid to read jointly)."""
+    from wamdiff.decoding.bench.paired import grid_from_settings
+    from wamdiff.driving.answer_format import BUILTIN
+    from wamdiff.models import build_tokenizer
+
+    tok = build_tokenizer()
+    grid = grid_from_settings({"ordinal": 2, "smoothness": 0.003})
+    delta = grid.block_config((17, 0.5, 4, "exact"), tok, BUILTIN["delta"])
+    assert (delta.smoothness, delta.ordinal_window, delta.grammar is not None) == (0.003, 2, True)
+    text = grid.block_config((17, 0.5, 4, "exact"), tok, BUILTIN["text2"])
+    assert (text.smoothness, text.ordinal_window) == (0.0, 0)
+    assert grid_from_settings({}).smoothness == 0.0
+    with pytest.raises(ValueError, match="BenchGrid.smoothness"):
+        BenchGrid(smoothness=-1.0)

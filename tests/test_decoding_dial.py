@@ -183,18 +183,19 @@ def test_block_size_auto_decodes_with_the_setting_the_dial_picks(tmp_path, monke
 
 
 def test_the_pick_decodes_with_the_read_out_its_curve_was_measured_with(tmp_path):
-    """A curve measured with the ordinal read-out (`BenchGrid.ordinal_window`) keeps it through save / load, and its
-    pick sets it: the quality the dial vouches for is that read-out's."""
+    """A curve measured with the ordinal and joint read-outs (`BenchGrid.ordinal_window`, `smoothness`) keeps them
+    through save / load, and its pick sets them: the quality the dial vouches for is those read-outs'."""
     costs = _costs({1: 1.0}, {1: 0.01}, {1: 5.0})
     curve = DialCurve("fp", "delta", 100, [17] * 3, {"l2_vs_expert": 1.0, "parse_failures": 0},
-                      [_point(17, 2, 1, 1.0)], ordinal_window=2)
+                      [_point(17, 2, 1, 1.0)], ordinal_window=2, smoothness=0.003)
     back = DialCurve.load(curve.save(tmp_path / "c.json"))
-    assert back.ordinal_window == 2
+    assert (back.ordinal_window, back.smoothness) == (2, 0.003)
     cfg = choose(back, costs, 1, lean="off", static_shapes=False).apply(DecodeConfig(block_size="auto"))
-    assert cfg.ordinal_window == 2 and cfg.block_size == 17
-    old = {k: v for k, v in json.loads((tmp_path / "c.json").read_text()).items() if k != "ordinal_window"}
-    (tmp_path / "old.json").write_text(json.dumps(old))  # a curve from before the read-out existed: plain read-out
-    assert DialCurve.load(tmp_path / "old.json").ordinal_window == 0
+    assert cfg.ordinal_window == 2 and cfg.smoothness == 0.003 and cfg.block_size == 17
+    old = {k: v for k, v in json.loads((tmp_path / "c.json").read_text()).items()
+           if k not in ("ordinal_window", "smoothness")}
+    (tmp_path / "old.json").write_text(json.dumps(old))  # a curve from before the read-outs existed: plain read-out
+    assert (DialCurve.load(tmp_path / "old.json").ordinal_window, DialCurve.load(tmp_path / "old.json").smoothness) == (0, 0.0)
 
 
 def test_block_size_auto_without_a_tuned_curve_says_what_to_run(tmp_path, monkeypatch):

@@ -148,6 +148,11 @@ def test_the_conversion_trains_on_one_mixture_it_can_make_from_the_ar_vla(tmp_pa
     own = [("data/agg_r6.json", 0.125), ("data/agg_r7.json", 0.125), ("data/agg_r12.json", 0.125),
            ("data/agg_r13.json", 0.125), ("data/train_hard_braking.json", 0.25)]
     assert mixture("main_dagger2") == sorted([*base, *own])
+    # the main student: the same mixture plus the two opt-in fast sets, each at share 0.5, from their labels alone
+    fast_sets = [s for s in training_sources(p, stages["main_wide_mix"]) if "faster" in s["path"] or "fastest" in s["path"]]
+    assert mixture("main_wide_mix") == sorted([*base, *own, ("data_train_faster/train.json", 0.5),
+                                               ("data_train_fastest/train.json", 0.5)])
+    assert [s.get("distil") for s in fast_sets] == [False, False]
     assert mixture("main_dagger") == sorted([*base, *[(f, 0.5 / 3) for f in ("data/agg_r6.json", "data/agg_r7.json",
                                                                              "data/agg_r12.json")],
                                               ("data/train_hard_braking.json", 0.25)])

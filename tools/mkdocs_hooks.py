@@ -225,10 +225,12 @@ def main_student_page() -> str:
     folder = RESULTS / "main_student"
     return "\n".join([
         "# The main student", "",
-        "The full-size block-distilled student (`distill_block`) fine-tuned on two on-policy rounds of its own: it "
+        "The full-size block-distilled student (`distill_block`) fine-tuned on two on-policy rounds of its own (it "
         "drives training routes at its quoted decode, the expert labels what it visited, also up to 6 m off the route, "
-        "and it trains on those labels with its block-wise teacher kept (`configs/default.yaml`, stages `agg_r12_main` "
-        "… `main_dagger2`; [how](../guides/train.md)). The shipped one is `checkpoints/main/main_dagger2` (bf16). "
+        "and it trains on those labels with its block-wise teacher kept: stages `agg_r12_main` … `main_dagger2`), then "
+        "on traffic faster than the conversion saw, learnt from the expert's labels while its own answers hold it "
+        "everywhere else (stage `main_wide_mix`, `configs/default.yaml`; [how](../guides/train.md)). The shipped one "
+        "is `checkpoints/main/main_wide_mix` (bf16). "
         "Every student row decodes one 17-token block in ≤ 4 forwards at τ 0.5 with the ordinal read-out, and rows "
         "named `smoothness-0.003` also with the [joint read-out](../concepts/decoding.md#smoothness) of each block's "
         "displacements, the shipped student's recorded decode since 2026-12-04; the AR VLA decodes greedily. The "
@@ -239,8 +241,8 @@ def main_student_page() -> str:
         "failure kinds (collision, route deviation, timeout, off the drivable area) in "
         "`closedloop_failure_kinds.csv`, the difference to the block-distilled student in "
         "`closedloop_paired_vs_distill_block.csv`. Rows whose name has `final` are the fp32 stage outputs "
-        "(`runs/default/ckpt/STAGE/final`), the others the shipped bf16 files; `main_dagger` is the student after "
-        "its first round.", "",
+        "(`runs/default/ckpt/STAGE/final`), the others bf16 exports (`main_wide_mix` is shipped, `main_dagger2` was "
+        "until 2026-12-05); `main_dagger` is the student after its first round.", "",
         *closed_loop_table(folder / "closedloop_failure_kinds.csv"), "",
         "Where on each route the shipped main student drove, with the command and the junction boxes:", "",
         "![timelines](main_student/closedloop_timelines.png)", "",
@@ -248,7 +250,7 @@ def main_student_page() -> str:
         "The same 1,600 scenes as the small student's (the test split and five world variants, two of them settings "
         "no stage trains on), pooled; Δ columns paired against the AR VLA scene by scene (the 95 % intervals per "
         "split in `paired.csv`). Speed from the test split's plan timings at the same decode (fp32, torch's default "
-        "two threads), measured on 2026-12-04 on a faster machine than the small student page's timings, so its "
+        "two threads), measured on 2026-12-05 on a faster machine than the small student page's timings, so its "
         "ratios differ from those. Generated at build time from `docs/results/main_student/front.csv` "
         "(`wamdiff eval front`).", "",
         *front_table(folder / "front.csv", "AR VLA"), "", "![front](main_student/front.png)", "",
@@ -258,14 +260,17 @@ def main_student_page() -> str:
         "16 s, wider than training's density 1–1.3 and speed scale 1–1.25; 100 scenes per cell (25 per family). Per "
         "cell PDMS, comfort and L2@4s of the expert, the AR VLA and the shipped main student, and each planner's "
         "difference to the AR VLA paired over the cell's scenes (outlined where the interval excludes 0). The table "
-        "with every interval: [map.md](main_student/map/map.md) (and `map.csv`, `map.json`).", "",
+        "with every interval: [map.md](main_student/map/map.md) (and `map.csv`, `map.json`). Eight more cells chosen "
+        "after the student was (density 0.75 and 1.5 × speed scale 1.2 and 1.6 × phase 0 and 8 s; 80 scenes each), "
+        "with `main_dagger2` beside it: [heldout_map/map.md](main_student/heldout_map/map.md), the pooled paired "
+        "differences in `heldout_map/paired_vs_ar_vla.csv` and `paired_vs_main_dagger2.csv`.", "",
         *(f"![{title}](main_student/map/heatmaps/{name}_{MAIN_STUDENT}.png)" + "\n" for title, name in (
             ("PDMS, main student minus AR VLA", "delta_PDMS"), ("comfort of the main student", "value_C"),
             ("L2@4s, main student minus AR VLA", "delta_L2_at_4s"))),
         "![comfort of the AR VLA](main_student/map/heatmaps/value_C_model_ar_vla_mode-ar_batch-16.png)", ""])
 
 
-MAIN_STUDENT = "model_main_dagger2_mode-block_block-17_steps-4_threshold-0.5_ordinal-2_batch-16_smoothness-0.003"  # its result name
+MAIN_STUDENT = "model_main_wide_mix_mode-block_block-17_steps-4_threshold-0.5_ordinal-2_batch-16_smoothness-0.003"  # its result name
 
 
 def parity_page() -> str:

@@ -1,4 +1,5 @@
-"""nuPlan / NAVSIM v1.1 comfort bounds (PDMS's C term: docs/concepts/pdms.md, "Comfort bounds"), strict inequalities over the 41 states of 0..4 s.
+"""nuPlan / NAVSIM v1.1 comfort bounds (PDMS's C term: docs/concepts/pdms.md, "Comfort bounds"), strict inequalities
+over the 41 states of 0..4 s.
 
 One home for both users: the expert's comfort check that drops uncomfortable runs from the data
 (`driving.expert`) and PDMS's comfort term (`eval.pdms.comfort`)."""

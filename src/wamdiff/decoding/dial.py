@@ -103,6 +103,7 @@ class DialCurve:
     points: list[CurvePoint]
     notes: dict = field(default_factory=dict)
     ordinal_window: int = 0  # the read-out every point was decoded with (`DecodeConfig.ordinal_window`)
+    smoothness: float = 0.0  # and its joint read-out (`DecodeConfig.smoothness`)
 
     def block_sizes(self) -> list[int]:
         return sorted({p.block_size for p in self.points})
@@ -238,10 +239,12 @@ class Pick:
     quality: dict
     tpf: float
     ordinal_window: int = 0
+    smoothness: float = 0.0
 
     def apply(self, config: DecodeConfig) -> DecodeConfig:
         return replace(config, block_size=self.block_size, threshold=self.threshold, max_steps=self.max_steps,
-                       delayed_cache=self.cache == "delayed", ordinal_window=self.ordinal_window)
+                       delayed_cache=self.cache == "delayed", ordinal_window=self.ordinal_window,
+                       smoothness=self.smoothness)
 
 
 def choose(curve: DialCurve, costs: StepCosts, n: int, *, lean: str, static_shapes: bool,
@@ -253,7 +256,8 @@ def choose(curve: DialCurve, costs: StepCosts, n: int, *, lean: str, static_shap
     preds = [(predict_ms_per_plan(p, costs, n, lean=lean, static_shapes=static_shapes), p) for p in ok]
     ms, best = min(preds, key=lambda t: t[0])
     return Pick(n, best.block_size, best.threshold, best.max_steps, best.cache, ms,
-                predict_ar_ms_per_plan(curve.ar_tokens, costs, n, lean=lean), best.quality, best.tpf, curve.ordinal_window)
+                predict_ar_ms_per_plan(curve.ar_tokens, costs, n, lean=lean), best.quality, best.tpf, curve.ordinal_window,
+                curve.smoothness)
 
 
 _PICKS: dict[tuple, Pick] = {}

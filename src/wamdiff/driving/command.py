@@ -1,7 +1,7 @@
 """The driving command (left / straight / right / unknown), derived from the planned ROUTE only.
 
-Never from the expert's future (that leaks the answer: docs/concepts/world.md, "The driving command"). Rules, in order, on the route centreline in
-the ego frame (x forward, y left), with the ego projected onto it at arc length s0:
+Never from the expert's future (that leaks the answer: docs/concepts/world.md, "The driving command"). Rules, in order,
+on the route centreline in the ego frame (x forward, y left), with the ego projected onto it at arc length s0:
 1. Junction turn: the first run of route points inside a junction (intersection box / roundabout ring) that
    starts within the lookahead `L = clip(4 s * speed + 25 m, 35, 80)` and has not been left yet. Its turn is
    the heading change from the route just before the run to just after it (a roundabout's exit: first exit

@@ -101,6 +101,8 @@ def bench(
     ordinal: int = typer.Option(2, min=0, help="Diffusion read-out of a grid format (delta, bins): the value mean within "
                                                "this many grid steps of the most likely one (0 = the most likely token); "
                                                "AR decodes greedily."),
+    smoothness: float = typer.Option(0.0, min=0.0, help="Diffusion joint read-out of a grid format's displacements "
+                                                        "(DecodeConfig.smoothness; 0 = each position on its own)."),
     roofline: bool = typer.Option(True, help="Roofline estimate (FLOPs, matmul rate) beside the step costs."),
     confirm_repeats: int = typer.Option(7, min=0, help="Re-time the headline pair (fastest AR, fastest diffusion at AR "
                                                        "quality) this many paired rounds per batch size (0 = off)."),
@@ -158,7 +160,8 @@ def bench(
         batch_sizes, block_sizes, thresholds, grid_dtypes, new_tokens, grid_caches = points
         grid = BenchGrid(batch_sizes, block_sizes, thresholds, grid_dtypes, new_tokens, _ints(max_steps), repeats,
                          compile_modes, step_cost, caches=grid_caches, threads=thread_counts, device=device,
-                         cuda_graphs=cuda_graphs, attention=attention, lean=lean, ordinal_window=ordinal)
+                         cuda_graphs=cuda_graphs, attention=attention, lean=lean, ordinal_window=ordinal,
+                         smoothness=smoothness)
     except ValueError as err:
         raise typer.BadParameter(str(err)) from err
     console.print(f"threads={torch.get_num_threads()} params={sum(p.numel() for p in model.parameters()) / 1e6:.1f}M "

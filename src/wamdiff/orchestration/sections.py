@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import (BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, ValidationError, field_validator,
-                      model_validator)
+from pydantic import (BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, PositiveInt, ValidationError,
+                      field_validator, model_validator)
 
 from wamdiff.decoding.bench_settings import PROMPTS
 from wamdiff.errors import UserError
@@ -164,6 +164,7 @@ class BenchSection(BaseModel):
     lean: Optional[Literal[LEAN_MODES]] = None  # type: ignore[valid-type]
     prefill_cache: Optional[bool] = None
     ordinal: Optional[NonNegativeInt] = None  # `BenchGrid.ordinal_window`
+    smoothness: Optional[NonNegativeFloat] = None  # `BenchGrid.smoothness`
     threads: Optional[Union[NonNegativeInt, list[NonNegativeInt]]] = None
     confirm_repeats: Optional[NonNegativeInt] = None  # paired re-timing rounds of the headline pair
 

@@ -1,8 +1,8 @@
 """The benchmark grid and its run: every (threads, compile, dtype, batch, B, tau, step cap, cache) point timed
 paired with AR on the same prompts.
 
-Honesty rules (docs/concepts/decoding.md, "Measuring speed fairly"): same model object, dtype, cache class, compile setting and prompts for both
-decoders; a warm-up run before every timed configuration; only generated tokens (up to EOS) are counted;
+Honesty rules (docs/concepts/decoding.md, "Measuring speed fairly"): same model object, dtype, cache class, compile setting
+and prompts for both decoders; a warm-up run before every timed configuration; only generated tokens (up to EOS) are counted;
 forwards per sample include the prefill and commits; the thread count is a grid dimension like dtype (AR and
 diffusion alike at each count; the headline takes the best of each side over all of them). Absolute tok/s drifts
 between sessions on a shared CPU, the paired ratio much less: each diffusion run is timed right after its
@@ -78,6 +78,7 @@ class BenchGrid:
     lean: str = DecodeConfig.lean  # DecodeConfig.lean and prefill_cache, for AR and diffusion alike
     prefill_cache: bool = DecodeConfig.prefill_cache
     ordinal_window: int = 0  # DecodeConfig.ordinal_window of every diffusion point (AR decodes greedily)
+    smoothness: float = 0.0  # DecodeConfig.smoothness of every diffusion point (the joint read-out; AR has none)
 
     def __post_init__(self) -> None:
         bad = [b for b in self.block_sizes if b != FIT and not (isinstance(b, int) and b >= 1)]
@@ -103,6 +104,8 @@ class BenchGrid:
             raise ValueError(f"BenchGrid.lean: unknown {self.lean!r} (use one of {LEAN_MODES})")
         if self.ordinal_window < 0:
             raise ValueError(f"BenchGrid.ordinal_window: must be >= 0, got {self.ordinal_window}")
+        if not self.smoothness >= 0.0:
+            raise ValueError(f"BenchGrid.smoothness: must be >= 0, got {self.smoothness}")
         if "int8" in self.dtypes and torch.device(self.device).type != "cpu":
             raise ValueError(f"BenchGrid.dtypes: int8 runs on the CPU only, not on {self.device!r}")
         if torch.device(self.device).type == "cuda" and not torch.cuda.is_available():
@@ -135,9 +138,11 @@ class BenchGrid:
     def block_config(self, point: tuple, tokenizer=None, fmt: AnswerFormat | None = None,
                      compile: bool = False) -> DecodeConfig:
         b, tau, steps, cache = point
-        window = self.ordinal_window if ordinal(fmt) else 0
+        # both read-outs need the grid values of an ordinal format
+        window, smooth = (self.ordinal_window, self.smoothness) if ordinal(fmt) else (0, 0.0)
         return self.config(tokenizer, fmt, mode="block", block_size=b, threshold=tau, max_steps=steps,
-                           delayed_cache=cache == "delayed", compile=compile, ordinal_window=window)
+                           delayed_cache=cache == "delayed", compile=compile, ordinal_window=window,
+                           smoothness=smooth)
 
 
 def run_bench(model, tokenizer, prompts, grid: BenchGrid, *, expert=None, fmt: AnswerFormat | None = None,

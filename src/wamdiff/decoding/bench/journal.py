@@ -60,6 +60,8 @@ def fingerprint(grid, prompts, model, ar_model, fmt: str | None = None, judged: 
     grid = {("max_steps_per_block" if k == "max_steps" else k): v for k, v in grid.items()}
     if grid.get("cuda_graphs") is True:  # the default is hashed as before the setting was a grid field
         del grid["cuda_graphs"]
+    if grid.get("smoothness") == 0.0:  # likewise the joint read-out's default
+        del grid["smoothness"]
     ident = {"grid": grid, "prompts": [p.input_ids.reshape(-1).tolist() for p in prompts], "format": fmt,
              "model": model_fingerprint(model), "ar_model": None if ar_model is None else model_fingerprint(ar_model)}
     if judged:  # only then: an unjudged run keeps the fingerprint it had before judging existed

@@ -40,7 +40,8 @@ def grid_from_settings(st: dict) -> BenchGrid:
         device=str(st.get("device", d.device)), attention=str(st.get("attention", d.attention)),
         cuda_graphs=bool(st.get("cuda_graphs", d.cuda_graphs)),
         lean=str(st.get("lean", d.lean)), prefill_cache=bool(st.get("prefill_cache", d.prefill_cache)),
-        ordinal_window=int(st.get("ordinal", d.ordinal_window)), threads=[int(t) for t in _as_list(st.get("threads", 0))],
+        ordinal_window=int(st.get("ordinal", d.ordinal_window)), smoothness=float(st.get("smoothness", d.smoothness)),
+        threads=[int(t) for t in _as_list(st.get("threads", 0))],
     )
 
 

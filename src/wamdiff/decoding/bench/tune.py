@@ -66,12 +66,13 @@ def measure_curve(model, tokenizer, prompts, expert, grid: BenchGrid, *, fmt: An
             progress(f"curve B{point[0]} tau {point[1]} <= {point[2]} steps {point[3]}: TPF {points[-1].tpf:.2f}, "
                      f"L2 {q['l2_vs_expert'] if q['l2_vs_expert'] is None else round(q['l2_vs_expert'], 3)}"
                      + (f", PDMS {q['pdms']:.1f}, C {q['comfort']:.3f}" if judged(q) else ""))
+    first = grid.block_config(grid.diffusion_points()[0], tokenizer, fmt)  # the read-outs every point shares
     return DialCurve(model_fingerprint(model), format_name(fmt), round(statistics.fmean(p.input_ids.numel() for p in prompts)),
                      [len(g.token_ids) for g in ar_gens],
                      judged_quality(quality(ar_gens, ar_gens, expert, parse), judge, [g.text for g in ar_gens], len(prompts)),
                      points,
                      notes={"prompts": len(prompts), "max_new_tokens": grid.max_new_tokens},
-                     ordinal_window=grid.block_config(grid.diffusion_points()[0], tokenizer, fmt).ordinal_window)
+                     ordinal_window=first.ordinal_window, smoothness=first.smoothness)
 
 
 def tune(model, tokenizer, prompts, expert, grid: BenchGrid, *, fmt: AnswerFormat | None = None,
