@@ -640,3 +640,26 @@ def test_the_grid_decodes_with_the_joint_read_out_of_its_settings_on_grid_format
     assert grid_from_settings({}).smoothness == 0.0
     with pytest.raises(ValueError, match="BenchGrid.smoothness"):
         BenchGrid(smoothness=-1.0)
+
+
+def test_the_bench_reads_a_checkpoint_with_its_recorded_joint_read_out_unless_told(tmp_path):
+    """`wamdiff bench` without `--smoothness` decodes with the checkpoint's recorded one (`wamdiff_decode`: the shipped
+    main student's 0.003), so a `--tune` pick keeps the decode the model was evaluated with; `--smoothness 0` is
+    taken as given."""
+    from pathlib import Path
+
+    from test_reliability_errors import cli
+    from test_training_fixtures import one_thread
+
+    from wamdiff.models.recorded import recorded_decode
+
+    main = Path(__file__).resolve().parents[1] / "checkpoints" / "main" / "main_wide_mix"
+    recorded = recorded_decode(main)["smoothness"]
+    assert recorded > 0
+    args = ["--checkpoint", main, "--quick", "--n-prompts", "1", "--format", "delta", "--no-step-cost",
+            "--confirm-repeats", "0", "--no-roofline", "--threads", "1"]
+    with one_thread():
+        default = cli("bench", *args, "--out", tmp_path / "default")
+        off = cli("bench", *args, "--smoothness", "0", "--out", tmp_path / "off")
+    assert default.exit_code == 0 and off.exit_code == 0, default.stdout + off.stdout
+    assert f"smoothness={recorded}" in default.stdout and "smoothness=0.0" in off.stdout

@@ -272,7 +272,8 @@ def resolve_auto(model, tokenizer, prompts, config: DecodeConfig) -> DecodeConfi
     static = config.static_shapes(device)
     costs = step_costs_for(model, prompts[0], config, pad_id=token_id(tokenizer, PAD), block_sizes=curve.block_sizes(),
                            progress=lambda line: print(f"wamdiff: {line}", file=sys.stderr, flush=True))
-    key = (curve.fingerprint, json.dumps(costs.key, sort_keys=True), costs.measured_at, len(prompts), config.lean, static)
+    key = (curve.fingerprint, curve.ordinal_window, curve.smoothness, json.dumps(costs.key, sort_keys=True),
+           costs.measured_at, len(prompts), config.lean, static)  # a re-tuned curve's read-outs: another pick
     pick = _PICKS.get(key)
     if pick is None:
         pick = choose(curve, costs, len(prompts), lean=config.lean, static_shapes=static)

@@ -10,6 +10,7 @@ the format name into an answer format object (`driving.answer_format`). Heavy im
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 import typer
 
@@ -101,8 +102,10 @@ def bench(
     ordinal: int = typer.Option(2, min=0, help="Diffusion read-out of a grid format (delta, bins): the value mean within "
                                                "this many grid steps of the most likely one (0 = the most likely token); "
                                                "AR decodes greedily."),
-    smoothness: float = typer.Option(0.0, min=0.0, help="Diffusion joint read-out of a grid format's displacements "
-                                                        "(DecodeConfig.smoothness; 0 = each position on its own)."),
+    smoothness: Optional[float] = typer.Option(None, min=0.0, help="Diffusion joint read-out of a grid format's "
+                                                                   "displacements (DecodeConfig.smoothness; 0 = each "
+                                                                   "position on its own; default: the checkpoint's "
+                                                                   "recorded decode, else 0)."),
     roofline: bool = typer.Option(True, help="Roofline estimate (FLOPs, matmul rate) beside the step costs."),
     confirm_repeats: int = typer.Option(7, min=0, help="Re-time the headline pair (fastest AR, fastest diffusion at AR "
                                                        "quality) this many paired rounds per batch size (0 = off)."),
@@ -123,6 +126,7 @@ def bench(
     from wamdiff.decoding.engine import model_block_settings
     from wamdiff.driving.bench_inputs import bench_inputs
     from wamdiff.models import build_model, build_tokenizer, image_processor_for, is_vision_model, load_model, to_diffusion
+    from wamdiff.models.recorded import recorded_decode
 
     console = Console(width=max(160, Console().width))
     try:
@@ -137,6 +141,8 @@ def bench(
     if (checkpoint is None) == (preset is None):
         raise typer.BadParameter("give exactly one of --checkpoint DIR or --preset NAME")
     claim_for_command(out)  # writable and ours before any model is loaded
+    if smoothness is None:  # the decode the checkpoint was evaluated with, so a tuned pick keeps it
+        smoothness = float(recorded_decode(checkpoint).get("smoothness", 0.0)) if checkpoint is not None else 0.0
     if checkpoint is not None:
         model, tok = load_model(checkpoint)
     else:

@@ -109,8 +109,9 @@ def model_card(config: dict, *, name: str, base_model: str | None = None, licens
     lines = ["---", yaml.safe_dump(meta, sort_keys=False).rstrip(), "---", "", f"# {name}", ""]
     if diffusion:
         lines += [f"A block-causal masked-diffusion driving model made with wamdiff: {config.get('model_type', 'its')} "
-                  f"architecture, the answer decoded {diffusion.get('block_size')} tokens per block (several per "
-                  "forward), attending causally across blocks and fully within one."]
+                  f"architecture, trained on blocks of {diffusion.get('block_size')} answer tokens (decoded several "
+                  "per forward; the decode below may set another block size), attending causally across blocks and "
+                  "fully within one."]
     else:
         lines += ["An autoregressive driving model as wamdiff uses it (the conversion's input)."]
     if base_model or source:
