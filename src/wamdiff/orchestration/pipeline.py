@@ -356,15 +356,15 @@ def stage_data(p: Pipeline, splits: tuple[str, ...] = ("train", "val", "test")) 
             generate_dataset(other, split=split, n=d.scenes(split, p.config_path), fmt=fmt, progress=False, **common)
     if d.phases is not None and "train" in splits:
         stats["phases"] = generate_dataset(p.phases_dir, split="train", n=d.phases.per_family, fmt=d.fmt,
-                                           **{**common, "families": d.phases.families or d.families}, **d.phases.settings)
+                                           **{**common, "families": d.families_of(d.phases)}, **d.phases.settings)
     worlds = [(f"variant_{name}", p.variant_dir(name), "test", world) for name, world in d.variants.items()]
     if "train" in splits:
         worlds += [(f"train_{name}", p.train_variant_dir(name), "train", world)
                    for name, world in d.train_variants.items()]
     for key, out, split, world in worlds:
         n = world.per_family or d.scenes(split, p.config_path)
-        families = world.families or d.families
-        stats[key] = generate_dataset(out, split=split, n=n, fmt=d.fmt, **{**common, "families": families}, **world.settings)
+        stats[key] = generate_dataset(out, split=split, n=n, fmt=d.fmt, **{**common, "families": d.families_of(world)},
+                                      **world.settings)
     return {"splits": stats}
 
 
@@ -450,7 +450,7 @@ def train_variant_sources(p: Pipeline, spec: dict, data: Path) -> list[dict]:
             raise UserError(f"{where}.{missing[0]}: give its weight ({{weight: w, distil: ...}} or a number)")
         return [_source(p.train_variant_dir(n) / "train.json", w, distil) for n, (w, distil) in shares.items() if w]
     names = [n for n, world in sets.items() if not world.opt_in]
-    sizes = [(sets[n].per_family or p.data.scenes("train", p.config_path)) * len(sets[n].families or p.data.families)
+    sizes = [(sets[n].per_family or p.data.scenes("train", p.config_path)) * len(p.data.families_of(sets[n]))
              for n in names]
     return [_source(p.train_variant_dir(n) / "train.json", float(given) * k / sum(sizes), True)
             for n, k in zip(names, sizes)]

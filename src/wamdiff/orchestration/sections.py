@@ -81,6 +81,10 @@ class DataSection(_Section):
     train_variants: dict[str, TrainVariant] = {}  # training-only ones, mixed in by a stage's `train_variants:`
     phases: Optional[Phases] = None
 
+    def families_of(self, world: World) -> list[str]:
+        """The road families of a world set's scenes: its own `families`, else these."""
+        return list(world.families or self.families)
+
     def scenes(self, split: str, path) -> int:
         """Scenes per family of `split` (`per_family`), which the config at `path` must set for a run that makes it."""
         n = getattr(self.per_family, split)
