@@ -223,6 +223,46 @@ def test_t0_spread_moves_scenes_along_the_route_and_keeps_the_seeds_traffic():
     seed = int(np.argmax(starts))
     plain, spread = make_world("roundabout", seed), make_world("roundabout", seed, t0_spread_s=12.0)
     assert spread._log[0][0] == pytest.approx(-starts[seed])  # the ego history reaches back to its own start
-    # the expert drove the extra seconds: the same route, further along (into or past the ring)
-    assert np.allclose(plain.route_centerline_world, spread.route_centerline_world)
+    # the expert drove the extra seconds: the same route (as far as the ring's network reaches), further along
+    n = len(plain.route_centerline_world)
+    assert len(spread.route_centerline_world) >= n
+    assert np.allclose(plain.route_centerline_world, spread.route_centerline_world[:n])
     assert route_progress(spread) > route_progress(plain) + 20.0
+
+
+def _arc_ahead(route_ego: np.ndarray) -> float:
+    """Arc length of an ego-frame polyline from its point nearest the ego (the origin) to its end."""
+    seg = np.hypot(*np.diff(route_ego, axis=0).T)
+    return float(seg[int(np.argmin(np.hypot(*route_ego.T))):].sum())
+
+
+def test_t0_spread_lengthens_the_route_by_the_distance_the_ego_drives_in_it():
+    from wamdiff.driving.world import start_time
+
+    # fast highway traffic, t0 up to 16 s in: ~500 m driven, twice the 250 m of route a scene at the start gets
+    for seed in (20000008, 20000010):
+        world = make_world("highway", seed, speed_scale=1.4, t0_spread_s=16.0)
+        spread_s = start_time(world.config, seed) - world.config.warmup_s
+        built = float(geo.polyline_arclength(world.route_centerline_world)[-1])
+        assert built >= world.config.route_length + world.ego.desired_speed * spread_s - 1.0
+        ahead = _arc_ahead(geo.world_to_ego(world.route_centerline_world, world.ego_pose()))
+        assert ahead >= 4.0 * world.ego.speed  # still a route to follow at t0
+        plain = make_world("highway", seed, speed_scale=1.4)
+        assert float(geo.polyline_arclength(plain.route_centerline_world)[-1]) < built - 100.0
+
+
+def test_a_scene_with_less_route_ahead_than_its_4_s_is_dropped():
+    # intersections end 150 m past the ego's start: up to 22 s at speed scale 1.6 drives past them
+    reasons = {}
+    for seed in range(20000000, 20000016):
+        world = make_world("intersection", seed, speed_scale=1.6, t0_spread_s=20.0)
+        ahead = _arc_ahead(geo.world_to_ego(world.route_centerline_world, world.ego_pose()))
+        short = ahead < 4.0 * world.ego.speed
+        out = generate_scene("intersection", seed, "test", speed_scale=1.6, t0_spread_s=20.0)
+        reasons[seed] = out.reason if isinstance(out, Drop) else "kept"
+        if short:
+            assert reasons[seed] in ("route_end", "crash")
+        elif reasons[seed] == "kept":
+            v = float(np.hypot(*out.ego_history[-1, 3:5]))
+            assert _arc_ahead(out.map.route_centerline) >= 4.0 * v - 2.0
+    assert list(reasons.values()).count("route_end") >= 2 and list(reasons.values()).count("kept") >= 2

@@ -38,7 +38,7 @@ def test_bad_grid_names_the_field(bad, msg):
 def test_default_grid_spans_wider_than_training():
     g = rm.MapGrid()
     assert min(g.density) < 1.0 and max(g.density) > 1.3  # training: density 1.0-1.3
-    assert min(g.speed_scale) < 1.0 and max(g.speed_scale) > 1.25  # training: speed scale 1.0-1.25
+    assert min(g.speed_scale) < 1.0 and max(g.speed_scale) > 1.5  # training: 1.0-1.25, the main student's last stage 1.5
     assert len(g.cells()) == len(g.density) * len(g.speed_scale) * len(g.phase)
 
 
@@ -70,6 +70,13 @@ def test_map_cells_match_a_hand_computation_and_resume(tmp_path, monkeypatch):
     small = rm.MapGrid.from_dict({"density": [0.5], "speed_scale": [1.0], "phase": [0.0]})
     kept = rm.run_map({"expert": specs["expert"]}, small, out, ref="expert", scenes_for=_scenes_for, say=lambda *_: None)
     assert not calls and len(kept["rows"]) == 12
+
+    # a cell made by an older map version (other scenes) is refused, not mixed with new ones
+    record = json.loads((cell / "cell.json").read_text())
+    (cell / "cell.json").write_text(json.dumps({**record, "version": "wamdiff-map/1"}))
+    with pytest.raises(ValueError, match="d2_s1_p0/cell.json: made by wamdiff-map/1"):
+        rm.run_map(specs, grid, out, ref="expert", scenes_for=_scenes_for, say=lambda *_: None)
+    assert not calls
 
 
 def test_map_cli_bad_grid_is_one_line_exit_2(tmp_path):

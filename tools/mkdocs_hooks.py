@@ -201,7 +201,9 @@ def small_student_page() -> str:
         "trains on), pooled; Δ columns paired against the AR VLA scene by scene (`wamdiff eval paired`; the 95 % "
         "intervals per split in `paired.csv`). Speed from the test split's plan timings at the same decode "
         "(`eval pdms --speed 1,8`: one 17-token block, ≤ 4 forwards, τ 0.5, ordinal read-out, fp32, torch's default "
-        "two threads). `small_student_xl` is the small student before its on-policy rounds. Generated at build time "
+        "two threads). `small_student_xl` is the small student before its on-policy rounds. Measured on 2026-12-04, "
+        "before the two splits along the routes were regenerated without scenes past their route's end; the main "
+        "student page has the small student on the regenerated ones. Generated at build time "
         "from `docs/results/small_student/front.csv` (`wamdiff eval front`); the commands are in "
         "[results notes](../development/results-notes.md).", "",
         *front_table(folder / "front.csv", "AR VLA"), "", "![front](small_student/front.png)", "",
@@ -247,9 +249,10 @@ def main_student_page() -> str:
         "Where on each route the shipped main student drove, with the command and the junction boxes:", "",
         "![timelines](main_student/closedloop_timelines.png)", "",
         "## Open loop and speed", "",
-        "The same 1,600 scenes as the small student's (the test split and five world variants, two of them settings "
-        "no stage trains on), pooled; Δ columns paired against the AR VLA scene by scene (the 95 % intervals per "
-        "split in `paired.csv`). Speed from the test split's plan timings at the same decode (fp32, torch's default "
+        "1,600 scenes (the test split and five world variants, two of them settings no stage trains on; the two "
+        "splits along the routes regenerated on 2026-12-05 without scenes past their route's end), pooled; Δ columns "
+        "paired against the AR VLA scene by scene (the 95 % intervals per split in `paired.csv`). Speed from the "
+        "test split's plan timings at the same decode (fp32, torch's default "
         "two threads), measured on 2026-12-05 on a faster machine than the small student page's timings, so its "
         "ratios differ from those. Generated at build time from `docs/results/main_student/front.csv` "
         "(`wamdiff eval front`).", "",
@@ -257,7 +260,8 @@ def main_student_page() -> str:
         "![paired](main_student/paired.png)", "",
         "## Robustness map", "",
         "`wamdiff eval map` on 18 cells: traffic density 0.5, 1, 2 × speed scale 0.8, 1, 1.4 × route phase 0 and "
-        "16 s, wider than training's density 1–1.3 and speed scale 1–1.25; 100 scenes per cell (25 per family). Per "
+        "16 s, wider than the conversion's training (density 1–1.3, speed scale 1–1.25; the main student's last "
+        "stage also 1.35 and 1.5); 100 scenes per cell (25 per family), none past its route's end. Per "
         "cell PDMS, comfort and L2@4s of the expert, the AR VLA and the shipped main student, and each planner's "
         "difference to the AR VLA paired over the cell's scenes (outlined where the interval excludes 0). The table "
         "with every interval: [map.md](main_student/map/map.md) (and `map.csv`, `map.json`). Eight more cells chosen "

@@ -5,7 +5,9 @@ of history), capture t0, then run the simulation 5 s forward with the expert dri
 traffic over 0..5 s at 10 Hz are the scene's non-reactive agents; the expert's poses at 0.5..4 s are its
 future. A run is DROPPED (returns `Drop`) when the ego crashed before t0 or within 5 s (`crash`), when its
 0..4 s states break a nuPlan comfort bound (`comfort_<metric>`), or when a corner of its box leaves the
-drivable area at any 0.1 s state of 0..4 s (`expert_off_drivable`).
+drivable area at any 0.1 s state of 0..4 s (`expert_off_drivable`); `generate_scene` also when less route lies
+ahead of the ego at t0 than it drives in 4 s at its speed (`route_end`: the ego is past its destination or the
+road network's end, the camera shows no route and the command is unknown, yet the expert's label drives on).
 
 `observe(world)`: the t0 scene of a live world (closed loop). `future` is zeros; agents are the CURRENT boxes
 forecast at constant velocity (straight line, heading kept) over 0..5 s, with `agent_valid` True only at t=0
@@ -27,8 +29,8 @@ from wamdiff.driving.command import command_from_route, lookahead
 from wamdiff.driving.expert import comfort_violations
 from wamdiff.driving.render import CameraConfig, render_camera
 from wamdiff.driving.roadmap import MAP_RADIUS, inside_drivable, road_geometry
-from wamdiff.driving.scene import AGENT_STEPS, FUTURE_STEPS, Scene, SceneMap
-from wamdiff.driving.world import SIM_DT, World, make_world
+from wamdiff.driving.scene import AGENT_STEPS, FUTURE_DT, FUTURE_STEPS, Scene, SceneMap
+from wamdiff.driving.world import SIM_DT, World, make_world, route_length, route_progress
 
 AGENT_RADIUS = 80.0  # m
 
@@ -136,7 +138,13 @@ def _meta(world: World) -> dict:
 
 def generate_scene(family: str, seed: int, split: str = "train", camera: CameraConfig = CameraConfig(), **cfg) -> Scene | Drop:
     """A logged scene of a fresh seeded world: its t0 after the warm-up, labelled by the expert's next 5 s."""
-    return capture_scene(make_world(family, seed, **cfg), f"{family}_{split}_{seed:08d}", split, camera)
+    world = make_world(family, seed, **cfg)
+    # a dataset scene is a planning problem with its destination ahead; on-policy rounds (`capture_scene` on
+    # closed-loop worlds) still label a route's last stretch, which the closed loop drives to complete it
+    ahead, needed = route_length(world) - route_progress(world), FUTURE_STEPS * FUTURE_DT * world.ego.speed
+    if ahead < needed:
+        return Drop(family, seed, "route_end", f"{ahead:.0f} m of route ahead, {needed:.0f} m driven in 4 s")
+    return capture_scene(world, f"{family}_{split}_{seed:08d}", split, camera)
 
 
 def capture_scene(world: World, scene_id: str, split: str, camera: CameraConfig = CameraConfig()) -> Scene | Drop:

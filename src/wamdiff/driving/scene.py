@@ -25,6 +25,7 @@ HARD_BRAKING_MS2 = -2.0  # an ego whose acceleration at t0 is below this already
 COMMANDS = ("left", "straight", "right", "unknown")
 HISTORY_STEPS = 4  # ego statuses at 2 Hz: t = -1.5, -1.0, -0.5, 0.0 s
 FUTURE_STEPS = 8  # poses at 0.5 s .. 4.0 s
+FUTURE_DT = 0.5  # s between future poses
 AGENT_HZ = 10
 AGENT_STEPS = 51  # 0.0 .. 5.0 s at 10 Hz
 # temporaries that Scene.save of versions before `wamdiff.atomic` left when killed; they end in .npz/.png

@@ -60,7 +60,9 @@ class WorldConfig:
     # data: t0 drawn per seed in [warmup_s, warmup_s + t0_spread_s] (the expert drives until then), so scenes
     # cover every phase of a route (inside the ring, through the turn, after it), not only its approach
     t0_spread_s: float = 0.0
-    route_length: float = 250.0  # m of route ahead of the ego's start (closed loop ends there)
+    # m of route ahead of the ego's start (closed loop ends there); a t0 spread adds the distance the ego drives in
+    # it, so a scene later on the route still has its route ahead (as far as the road network reaches)
+    route_length: float = 250.0
     cull_distance: float = 160.0  # traffic further than this from the ego is removed (speed)
 
     @classmethod
@@ -465,7 +467,8 @@ class World:
         lane = self.road.network.get_lane(self.ego.lane_index)
         s_ego = lane.local_coordinates(self.ego.position)[0]
         start = max(0.0, s_ego - 15.0)
-        xy, limits, owners = build_route_centerline(self.road.network, self.plan, start, self.config.route_length + (s_ego - start))
+        ahead = self.config.route_length + self.ego.desired_speed * (start_time(self.config, self.seed) - self.config.warmup_s)
+        xy, limits, owners = build_route_centerline(self.road.network, self.plan, start, ahead + (s_ego - start))
         self.route_centerline_world = xy
         self.route_lanes_per_point = owners
         self.route_junction = np.array([is_junction_lane(self.family, o) for o in owners], bool)

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from wamdiff.errors import UserError
+from wamdiff.eval.robustness_map import DEFAULT_DENSITY, DEFAULT_PHASE, DEFAULT_SPEED_SCALE
 from wamdiff.outdir import claim_for_command
 
 console = Console()
@@ -55,14 +56,21 @@ def failures(
     console.print(f"results in {out}/ (the last replans of failed routes: `eval closedloop --fail-strips`, fail_strips/)")
 
 
+def _listed(values) -> str:
+    return ",".join(f"{v:g}" for v in values)
+
+
 def robustness_map(
     planner: list[str] = typer.Option(..., "--planner", "-p", help="Planner spec (repeatable)."),
     ref: str = typer.Option(None, help="The planner the paired differences are against (one of the --planner specs; "
                                        "default: the first)."),
-    density: str = typer.Option("0.5,1,1.6,2.2", help="Traffic density multipliers (comma separated; training: 1-1.3)."),
-    speed_scale: str = typer.Option("0.7,1,1.25,1.5", help="Desired-speed scales (training: 1-1.25)."),
-    phase: str = typer.Option("0,16", help="Route phases: seconds the scenes' t0 is spread over along the route "
-                                          "(0 = route starts)."),
+    density: str = typer.Option(_listed(DEFAULT_DENSITY), help="Traffic density multipliers (comma separated; "
+                                                                "training: 1-1.3)."),
+    speed_scale: str = typer.Option(_listed(DEFAULT_SPEED_SCALE), help="Desired-speed scales (training: 1-1.25; the "
+                                                                       "main student's last stage also 1.35 and 1.5)."),
+    phase: str = typer.Option(_listed(DEFAULT_PHASE), help="Route phases: seconds the scenes' t0 is spread over along "
+                                                           "the route (0 = route starts; a scene with less route ahead "
+                                                           "than 4 s of driving is replaced by the next seed's)."),
     per_family: int = typer.Option(10, "--per-family", min=1, help="Test scenes per family and cell."),
     families: str = typer.Option(None, "--families", "--family", help="Only these road families (default: all)."),
     out: str = typer.Option("runs/eval/map", help="Results directory (re-running skips the cells already done)."),

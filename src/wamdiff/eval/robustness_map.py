@@ -26,13 +26,15 @@ from pathlib import Path
 
 from wamdiff.jsonfile import write_json
 
-MAP_VERSION = "wamdiff-map/1"
+# /2: scenes with less route ahead than 4 s of driving are dropped (`driving.capture`, `route_end`); /1 cells kept them
+MAP_VERSION = "wamdiff-map/2"
 MAP_METRICS = ("PDMS", "C", "L2@4s")  # labels of `eval.paired.METRICS`
 HIGHER_IS_BETTER = {"PDMS": True, "C": True, "L2@4s": False}
-# Training saw density 1.0-1.3, speed scale 1.0-1.25, t0 at the route start and spread over 16 s (configs/default.yaml
-# data: train_variants, phases); the default grid reaches well past both ends of each.
+# Training saw density 1.0-1.3, speed scale 1.0-1.25 (the main student's last stage also 1.35 and 1.5), t0 at the
+# route start and spread over 16 s (configs/default.yaml data: train_variants, phases); the default grid reaches past
+# both ends of each.
 DEFAULT_DENSITY = (0.5, 1.0, 1.6, 2.2)
-DEFAULT_SPEED_SCALE = (0.7, 1.0, 1.25, 1.5)
+DEFAULT_SPEED_SCALE = (0.7, 1.0, 1.4, 1.7)
 DEFAULT_PHASE = (0.0, 16.0)
 AXES = ("density", "speed_scale", "phase")
 
@@ -141,12 +143,15 @@ def run_map(planners: dict, grid: MapGrid, out: str | Path, *, ref: str, workers
     cells = grid.cells()
     for i, cell in enumerate(cells, 1):
         cdir = out / "cells" / cell.name
+        record = _read_json(cdir / "cell.json") or {}
+        if record and record.get("version") != MAP_VERSION:
+            raise ValueError(f"{cdir / 'cell.json'}: made by {record.get('version')}, not {MAP_VERSION} (the scenes "
+                             f"differ); map into a fresh folder or move {out} away")
         t0 = time.perf_counter()
         say(f"[{i}/{len(cells)}] {cell.name}: scenes")
         scenes, problems = scenes_for(cell, cdir / "data")
         if not scenes:
             raise ValueError(f"{cdir / 'data'}: no test scenes were generated for cell {cell.name}")
-        record = _read_json(cdir / "cell.json") or {}
         done = record.get("planners", {})
         todo = {n: s for n, s in planners.items()
                 if (done.get(files[n]) or {}).get("spec") != s.text or done[files[n]].get("n_scenes") != len(scenes)}
