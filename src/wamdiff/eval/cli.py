@@ -364,9 +364,11 @@ def aggregate(
     console.print(t)
 
 
-# `eval failures`, `eval map` and `eval qa` live in their own module (the robustness and retention tooling)
-from .cli_map import failures, qa, robustness_map  # noqa: E402
+# `eval failures`, `eval map`, `eval qa` and `eval context` live in their own module (the robustness and retention
+# tooling)
+from .cli_map import context, failures, qa, robustness_map  # noqa: E402
 
 app.command()(failures)
 app.command("map")(robustness_map)
 app.command()(qa)
+app.command()(context)

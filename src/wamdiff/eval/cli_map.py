@@ -1,4 +1,5 @@
-"""`wamdiff eval failures | map | qa`: how routes fail, the robustness map over world settings, QA retention.
+"""`wamdiff eval failures | map | qa | context`: how routes fail, the robustness map over world settings, QA
+retention, and whether a student reads the answer tokens it can see.
 
 Registered on `wamdiff eval` by `eval.cli`; every bad input (a folder, a grid value, a spec, a QA file) is a
 ValueError / UserError: the CLI's one-line error, exit 2.
@@ -178,4 +179,61 @@ def qa(
     console.print(f"results in {out}/")
 
 
-__all__ = ["failures", "qa", "robustness_map"]
+def context(
+    planner: list[str] = typer.Option(..., "--planner", "-p", help="Model spec, model:PATH (repeatable; an AR model "
+                                                                   "for reference)."),
+    data: Path = typer.Option(..., help="Dataset folder (its <split>.json and <split>_qa.json)."),
+    split: str = typer.Option("test", help="Which split."),
+    limit: int = typer.Option(100, min=1, help="Samples of each file (planning, QA); every answer position of each."),
+    out: str = typer.Option("runs/eval/context", help="Results directory (context_<planner>.csv, context.json, "
+                                                      "context.md)."),
+) -> None:
+    """Does a diffusion student read the answer tokens it can see? Per task, its accuracy on a gold answer token
+    with only that position masked and with the whole answer masked, and the log-probability it gains from the
+    visible tokens of its block (nats, 95 % interval over samples), at the block size it was trained on. An AR
+    model: its next-token accuracy on the gold answer, for reference."""
+    from wamdiff.jsonfile import write_json
+
+    from .block_context import context_summary, model_rows
+    from .report import planner_files, write_csv
+    from .run import progress_bar
+
+    specs = _specs(planner)
+    bad = [s.text for s in specs.values() if s.kind != "model"]
+    if bad:
+        raise UserError(f"--planner {bad[0]!r}: the probe needs a model planner (model:PATH)")
+    files = {source: Path(data) / name for source, name in (("planning", f"{split}.json"), ("qa", f"{split}_qa.json"))}
+    missing = [str(f) for f in files.values() if not f.is_file()]
+    if len(missing) == len(files):
+        raise UserError(f"{missing[0]}: no such file (write the split with `wamdiff data generate`)")
+    files = {k: str(f) for k, f in files.items() if f.is_file()}
+    claim_for_command(out)
+    names = planner_files(list(specs))
+    summary, lines = {}, ["Answer tokens a diffusion model sees: accuracy on the gold token with only its position "
+                          "masked (one) and with the whole answer masked (all); gain = mean log p(one) − log p(all) "
+                          "per sample, nats (95 %).", "", "| model | task | positions | acc one % | acc all % | gain | 95 % |",
+                          "|---|---|---:|---:|---:|---:|---|"]
+    t = Table(title="in-block context", show_edge=False, pad_edge=False)
+    for col in ("model", "task", "positions", "acc one %", "acc all %", "gain", "95 %"):
+        t.add_column(col, justify="left" if col in ("model", "task") else "right", overflow="fold")
+    with progress_bar(console) as prog:
+        for name, spec in specs.items():
+            task = prog.add_task(f"{name}: context", total=None)
+            rows = model_rows(spec.checkpoint, files, limit, progress=lambda k, task=task: prog.advance(task, k))
+            write_csv(rows, Path(out) / f"context_{names[name]}.csv")
+            summary[name] = context_summary(rows)
+    for name, tasks in summary.items():
+        for task, r in tasks.items():
+            lo, hi = r["gain_ci95"] or (None, None)
+            cells = [task, str(r["positions"]), f"{100 * r['acc_one']:.1f}",
+                     "–" if r["acc_all"] is None else f"{100 * r['acc_all']:.1f}",
+                     "–" if r["gain"] is None else f"{r['gain']:+.3f}", "–" if lo is None else f"{lo:+.3f}…{hi:+.3f}"]
+            t.add_row(name, *cells)
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    console.print(t)
+    write_json(Path(out) / "context.json", {"files": files, "limit": limit, "models": summary})
+    (Path(out) / "context.md").write_text("\n".join(lines) + "\n")
+    console.print(f"results in {out}/")
+
+
+__all__ = ["context", "failures", "qa", "robustness_map"]
