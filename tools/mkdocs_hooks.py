@@ -271,7 +271,13 @@ def main_student_page() -> str:
         *(f"![{title}](main_student/map/heatmaps/{name}_{MAIN_STUDENT}.png)" + "\n" for title, name in (
             ("PDMS, main student minus AR VLA", "delta_PDMS"), ("comfort of the main student", "value_C"),
             ("L2@4s, main student minus AR VLA", "delta_L2_at_4s"))),
-        "![comfort of the AR VLA](main_student/map/heatmaps/value_C_model_ar_vla_mode-ar_batch-16.png)", ""])
+        "![comfort of the AR VLA](main_student/map/heatmaps/value_C_model_ar_vla_mode-ar_batch-16.png)", "",
+        "## Does it read its own block?", "",
+        "`wamdiff eval context` ([how](../guides/evaluate.md)) on 100 planning samples and 100 questions of the test "
+        "split, for the AR VLA, every conversion stage and the shipped students: per task, the accuracy on a gold "
+        "answer token with only its position masked and with the whole answer masked, and what the visible tokens "
+        "add (nats). The students read their block when they plan and not when they answer a question, which is "
+        "where their QA gap comes from: [context.md](main_student/context/context.md).", ""])
 
 
 MAIN_STUDENT = "model_main_wide_mix_mode-block_block-17_steps-4_threshold-0.5_ordinal-2_batch-16_smoothness-0.003"  # its result name
