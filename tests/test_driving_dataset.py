@@ -92,3 +92,14 @@ def test_prompt_text():
     assert "The current velocity is: (10.00,0.00) and current accelerate is: (0.00,0.00)\n" in p
     assert p.endswith("predict the optimal driving action for the next 4 seconds with 8 new waypoints.")
     assert answer_text(s).startswith("5.00,0.00,10.00,0.00")
+
+
+def test_expert_comfort_pass_rate_counts_only_runs_the_expert_drove():
+    from collections import Counter
+
+    from wamdiff.driving.dataset import _comfort_pass
+
+    # 20 attempted: 2 crashed, 3 never driven (route_end), 1 uncomfortable, 14 kept -> 1 of the 15 driven runs
+    reasons = Counter({"crash": 2, "route_end": 3, "comfort_jerk": 1})
+    assert _comfort_pass(reasons, 20) == pytest.approx(1 - 1 / 15)
+    assert _comfort_pass(Counter({"route_end": 4}), 4) == 1.0  # nothing driven: nothing broke a bound

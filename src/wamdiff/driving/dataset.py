@@ -373,9 +373,11 @@ def _update_manifest(out: Path, split: str, targets: dict[str, int], fmt: str, s
 
 
 def _comfort_pass(reasons: Counter, attempted: int) -> float:
-    crash_free = attempted - reasons.get("crash", 0)
+    # the expert's runs that reached the comfort check: not crashed, and driven at all (a `route_end` scene is
+    # dropped before the expert drives it)
+    checked = attempted - reasons.get("crash", 0) - reasons.get("route_end", 0)
     uncomfortable = sum(v for k, v in reasons.items() if k.startswith("comfort_"))
-    return 1.0 - uncomfortable / crash_free if crash_free > 0 else 1.0
+    return 1.0 - uncomfortable / checked if checked > 0 else 1.0
 
 
 def _command_of(out: Path, family: str, split: str, seed: int) -> str:
