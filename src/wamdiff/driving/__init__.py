@@ -1,7 +1,7 @@
 """The default world (highway-env) and its data.
 
 - `world.py`: families (highway, merge, roundabout, intersection), `make_world`, `World` (closed loop),
-  `route_progress` / `route_length` / `route_completed`.
+  `route_progress` / `route_length` / `route_remaining` / `route_completed`.
 - `expert.py`: `ExpertVehicle` (comfort-clamped IDM, route-instructed lane changes), `comfort_violations`.
 - `capture.py`: `generate_scene` (logged scene or `Drop`), `observe` (live t0 scene), `route_command`.
 - `command.py`: `command_from_route` (left / straight / right / unknown from the planned route only).

@@ -30,7 +30,7 @@ from wamdiff.driving.expert import comfort_violations
 from wamdiff.driving.render import CameraConfig, render_camera
 from wamdiff.driving.roadmap import MAP_RADIUS, inside_drivable, road_geometry
 from wamdiff.driving.scene import AGENT_STEPS, FUTURE_DT, FUTURE_STEPS, Scene, SceneMap
-from wamdiff.driving.world import SIM_DT, World, make_world, route_length, route_progress
+from wamdiff.driving.world import SIM_DT, World, make_world, route_remaining
 
 AGENT_RADIUS = 80.0  # m
 
@@ -141,7 +141,7 @@ def generate_scene(family: str, seed: int, split: str = "train", camera: CameraC
     world = make_world(family, seed, **cfg)
     # a dataset scene is a planning problem with its destination ahead; on-policy rounds (`capture_scene` on
     # closed-loop worlds) still label a route's last stretch, which the closed loop drives to complete it
-    ahead, needed = route_length(world) - route_progress(world), FUTURE_STEPS * FUTURE_DT * world.ego.speed
+    ahead, needed = route_remaining(world), FUTURE_STEPS * FUTURE_DT * world.ego.speed
     if ahead < needed:
         return Drop(family, seed, "route_end", f"{ahead:.0f} m of route ahead, {needed:.0f} m driven in 4 s")
     return capture_scene(world, f"{family}_{split}_{seed:08d}", split, camera)

@@ -661,12 +661,17 @@ def route_length(world: World) -> float:
     return float(world.route_arclength[-1] - world.route_start_s)
 
 
+def route_remaining(world: World) -> float:
+    """Metres of route left in front of the ego (0 or less once it reached the end)."""
+    return route_length(world) - route_progress(world)
+
+
 def route_completed(world: World, tolerance: float = 5.0) -> bool:
-    return route_progress(world) >= route_length(world) - tolerance
+    return route_remaining(world) <= tolerance
 
 
 __all__ = [
     "FAMILIES", "FAMILY_REGISTRY", "Family", "family_spec", "WorldConfig", "World", "make_world", "route_progress",
-    "route_completed", "route_length",
+    "route_remaining", "route_completed", "route_length",
     "is_junction_lane", "RoutePlan",
 ]

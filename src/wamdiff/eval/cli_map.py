@@ -202,11 +202,10 @@ def context(
     bad = [s.text for s in specs.values() if s.kind != "model"]
     if bad:
         raise UserError(f"--planner {bad[0]!r}: the probe needs a model planner (model:PATH)")
-    files = {source: Path(data) / name for source, name in (("planning", f"{split}.json"), ("qa", f"{split}_qa.json"))}
-    missing = [str(f) for f in files.values() if not f.is_file()]
-    if len(missing) == len(files):
-        raise UserError(f"{missing[0]}: no such file (write the split with `wamdiff data generate`)")
-    files = {k: str(f) for k, f in files.items() if f.is_file()}
+    wanted = {source: Path(data) / name for source, name in (("planning", f"{split}.json"), ("qa", f"{split}_qa.json"))}
+    files = {k: str(f) for k, f in wanted.items() if f.is_file()}
+    if not files:
+        raise UserError(f"{wanted['planning']}: no such file (write the split with `wamdiff data generate`)")
     claim_for_command(out)
     names = planner_files(list(specs))
     summary, lines = {}, ["Answer tokens a diffusion model sees: accuracy on the gold token with only its position "
