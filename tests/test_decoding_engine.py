@@ -14,6 +14,7 @@ from wamdiff.driving.answer_format import answer_format
 from wamdiff.decoding.block import fixed_schedule, select_threshold
 from wamdiff.decoding.config import resolve_decode
 from wamdiff.decoding.engine import model_block_settings, to_generations
+from wamdiff.models.convert import diffusion_settings
 from wamdiff.models.tokens import token_id
 from wamdiff.decoding.runner import StepRunner, collate_prompts
 from wamdiff.decoding.testing import synthetic_prompt, tiny_qwen3, tiny_qwen3_vl, tiny_tokenizer
@@ -32,6 +33,21 @@ def qwen3():
 @pytest.fixture(scope="module")
 def qwen3_vl():
     return tiny_qwen3_vl(TOK, peaky=6.0, seed=2)
+
+
+def _shifted(model):
+    model.config.diffusion = {**model.config.diffusion, "prediction": "shifted"}
+    return model
+
+
+@pytest.fixture(scope="module")
+def qwen3_shifted():
+    return _shifted(tiny_qwen3(TOK, peaky=6.0, seed=1))
+
+
+@pytest.fixture(scope="module")
+def qwen3_vl_shifted():
+    return _shifted(tiny_qwen3_vl(TOK, peaky=6.0, seed=2))
 
 
 def _eos_at(model, token: int):
@@ -67,14 +83,16 @@ def _full_logits(model, ids: list[int], n_prompt: int, block: int, prompt) -> to
     return out.logits[0].float()
 
 
-def _reference_block_decode(model, prompt, *, block, tau, max_steps, max_new, mask_id):
-    """Naive block decoding: full recomputation every step, plain Python selection. Returns (tokens, per-step logits)."""
+def _reference_block_decode(model, prompt, *, block, tau, max_steps, max_new, mask_id, shifted=False):
+    """Naive block decoding: full recomputation every step, plain Python selection. Returns (tokens, per-step logits).
+    shifted: a position's logits are those of the token before it (the block's rows shifted down by one)."""
     p_ids = prompt.input_ids.tolist()
     answer, steps_logits = [], []
     for _ in range(-(-max_new // block)):
         x = [mask_id] * block
         for step in range(max_steps):
-            logits = _full_logits(model, p_ids + answer + x, len(p_ids), block, prompt)[-block:]
+            full = _full_logits(model, p_ids + answer + x, len(p_ids), block, prompt)
+            logits = full[-block - 1:-1] if shifted else full[-block:]
             steps_logits.append(logits)
             probs = logits.softmax(-1)
             conf, pred = probs.max(-1)
@@ -104,19 +122,20 @@ def _decode_block_traced(model, prompts, cfg):
     logs = []
     out, lengths, forwards, finished = block_mod.decode_block(
         runner, cfg, mask_id=mask_id, eos_id=EOS, pad_id=PADID,
-        trace=lambda b, s, x, lg: logs.append((x == mask_id, lg.float())),
+        trace=lambda b, s, x, lg: logs.append((x == mask_id, lg.float())), shifted=diffusion_settings(model).shifted,
     )
     return to_generations(TOK, out, lengths, forwards, finished, EOS), logs
 
 
-def _assert_step_logits_match(logs, ref_logs, lean: str):
+def _assert_step_logits_match(logs, ref_logs, lean: str, shifted: bool = False):
     """Every step's logits equal the no-cache reference's: at every block position (lean off) or at the positions
-    still masked before the step (lean steps give logits only there; the others are NaN)."""
+    still masked before the step (lean steps give logits only there; the others are NaN, except, for a shifted
+    model, the first position, whose logits come with the block)."""
     assert len(logs) == len(ref_logs)
     for (masked, lg), rl in zip(logs, ref_logs):
         rows = torch.ones_like(masked[0]) if lean == "off" else masked[0]
         torch.testing.assert_close(lg[0][rows], rl[rows], atol=1e-5, rtol=0)
-        if lean != "off" and not rows.all():
+        if lean != "off" and not rows.all() and not shifted:
             assert lg[0][~rows].isnan().all()
 
 
@@ -136,6 +155,58 @@ def test_cached_block_decoding_equals_recomputation(qwen3, block, fused, lean):
     assert gen.token_ids == ref
     _assert_step_logits_match(logs, ref_logs, lean)
     assert len(logs) > 2 * 2  # several steps per block: partial steps really ran
+
+
+@pytest.mark.parametrize("lean", ["off", "head", "last_layer"])
+@pytest.mark.parametrize("block", [4, 5, 32])
+@pytest.mark.parametrize("fused", [True, False])
+def test_shifted_cached_block_decoding_equals_recomputation(qwen3_shifted, block, fused, lean):
+    """A shifted model on the same exact paths: each position read from the query before it, the block's first from
+    the prefill's or the commit's last row (kept by the forward that writes it)."""
+    prompt = synthetic_prompt(TOK, 9, seed=3)
+    cfg = DecodeConfig(block_size=block, threshold=0.5, max_steps=block, max_new_tokens=2 * block,
+                       fused_commit=fused, lean=lean)
+    (gen,), logs = _decode_block_traced(qwen3_shifted, [prompt], cfg)
+    ref, ref_logs = _reference_block_decode(qwen3_shifted, prompt, block=block, tau=0.5, max_steps=block,
+                                            max_new=2 * block, mask_id=model_block_settings(qwen3_shifted, TOK)[1],
+                                            shifted=True)
+    assert gen.token_ids == ref
+    _assert_step_logits_match(logs, ref_logs, lean, shifted=True)
+    assert len(logs) > 2 * 2
+    same, _ = _reference_block_decode(qwen3_shifted, prompt, block=block, tau=0.5, max_steps=block, max_new=2 * block,
+                                      mask_id=model_block_settings(qwen3_shifted, TOK)[1])
+    assert same != ref  # the check can tell the two readings apart
+
+
+@pytest.mark.parametrize("lean, delayed", [("head", False), ("last_layer", False), ("off", True)])
+def test_shifted_partial_step_with_only_the_first_position_left_reads_the_carry(qwen3_shifted, lean, delayed,
+                                                                                  monkeypatch):
+    """A block whose first position is the last one masked: a partial step then reads no row of its own (the block's
+    rows predict positions 1..B-1), and position 0 takes the carry's token, as the full step decides it."""
+    def all_but_first(conf, masked, threshold):  # step 1 decides every position but the first
+        keep_first = masked.clone()
+        keep_first[:, 0] = False
+        return keep_first if bool(keep_first.any()) else masked
+
+    monkeypatch.setattr(block_mod, "select_threshold", all_but_first)
+    prompts = [synthetic_prompt(TOK, 9, seed=3)]
+    base = dict(block_size=4, threshold=0.5, max_steps=4, max_new_tokens=8)
+    full, _ = _decode_block_traced(qwen3_shifted, prompts, DecodeConfig(**base))
+    part, _ = _decode_block_traced(qwen3_shifted, prompts, DecodeConfig(lean=lean, delayed_cache=delayed, **base))
+    mask_id = model_block_settings(qwen3_shifted, TOK)[1]
+    assert part[0].token_ids == full[0].token_ids and mask_id not in full[0].token_ids
+
+
+def test_shifted_generate_follows_the_reference_with_images_in_a_batch(qwen3_vl_shifted):
+    """`generate` reads a shifted checkpoint's prediction itself; a batch of two image prompts of different lengths
+    decodes as each prompt alone in the no-cache reference."""
+    prompts = [synthetic_prompt(TOK, 7, seed=4, image=True), synthetic_prompt(TOK, 12, seed=22, image=True)]
+    cfg = DecodeConfig(block_size=4, threshold=0.5, max_steps=4, max_new_tokens=8)
+    gens = generate(qwen3_vl_shifted, TOK, prompts, cfg)
+    for gen, prompt in zip(gens, prompts):
+        ref, _ = _reference_block_decode(qwen3_vl_shifted, prompt, block=4, tau=0.5, max_steps=4, max_new=8,
+                                         mask_id=model_block_settings(qwen3_vl_shifted, TOK)[1], shifted=True)
+        assert gen.token_ids == ref
 
 
 @pytest.mark.parametrize("lean, prefill_cache", [("off", False), ("last_layer", True)])
@@ -201,12 +272,16 @@ def test_order_queries_puts_logit_rows_last_and_pads_with_repeats_in_front():
 
 
 @pytest.mark.parametrize("vl", [False, True])
-def test_delayed_cache_querying_every_position_equals_exact(qwen3, qwen3_vl, vl, monkeypatch):
+@pytest.mark.parametrize("shifted", [False, True])
+def test_delayed_cache_querying_every_position_equals_exact(qwen3, qwen3_vl, qwen3_shifted, qwen3_vl_shifted, vl,
+                                                             shifted, monkeypatch):
     """With the query set forced to the whole block, a delayed-cache step is an exact step: same tokens and
-    logits as exact decoding (checks the gather / scatter plumbing of partial steps, grammar included)."""
+    logits as exact decoding (checks the gather / scatter plumbing of partial steps, grammar included; shifted: the
+    row of the block's last position, which predicts past the block, included)."""
     from wamdiff.decoding import Grammar
 
-    model = qwen3_vl if vl else qwen3
+    model = {(False, False): qwen3, (True, False): qwen3_vl, (False, True): qwen3_shifted,
+             (True, True): qwen3_vl_shifted}[(vl, shifted)]
     prompts = [synthetic_prompt(TOK, n, seed=40 + n, image=vl) for n in (4, 11)]
     gram = Grammar.from_template(TOK, "SDD.D,SDD.D,SD")
     base = dict(block_size=8, threshold=0.7, max_new_tokens=16, grammar=gram)
@@ -229,6 +304,7 @@ def _decode_block_traced_batch(model, prompts, cfg):
     out, lengths, forwards, finished = block_mod.decode_block(
         runner, replace(cfg, fused_commit=True), mask_id=mask_id, eos_id=EOS, pad_id=PADID, grammar_table=table,
         trace=lambda b, s, x, lg: logs.append(lg.float().nan_to_num(0.0, 0.0, 0.0)),
+        shifted=diffusion_settings(model).shifted,
     )
     return to_generations(TOK, out, lengths, forwards, finished, EOS), logs
 

@@ -204,6 +204,49 @@ def test_training_equals_kv_cache_decode_qwen3(tok, qwen3):
 
 
 @torch.no_grad()
+def test_shifted_b1_columns_are_the_ar_models_next_token_logits(tok, qwen3):
+    """At B=1 a shifted model is the AR model: column j's logits are the plain HF forward's at the token before j,
+    whatever the noise (they come from the clean rows); a same-position model's depend on it."""
+    ref, model = qwen3
+    shifted = to_diffusion(copy.deepcopy(ref), 1, tokenizer=tok, prediction="shifted")
+    p, pm, x0, am = _text_batch(tok, PROMPTS[:1], ANSWERS[1:], 1)
+    xt = _noisy(x0, am, model.config.mask_token_id)
+    plain = ref(input_ids=torch.cat([p, x0], 1)).logits[:, p.shape[1] - 1:-1]
+    got = diffusion_forward(shifted, prompt_ids=p, prompt_mask=pm, x0=x0, xt=xt, answer_mask=am, block_size=1)
+    assert (got - plain).abs().max() <= TOL
+    same = diffusion_forward(model, prompt_ids=p, prompt_mask=pm, x0=x0, xt=xt, answer_mask=am, block_size=1)
+    assert (same - plain).abs().max() > 0.1
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("B", [4, 32])  # 32: one block, the forward without the clean stream
+def test_shifted_training_equals_kv_cache_decode_qwen3(tok, qwen3, B):
+    """A shifted model's column j is the decode's logits of the query before j: inside a block the noisy block's
+    previous row; at a block's first column the last row of the forward that wrote the token before the block (the
+    prefill, or the commit of the clean block before), as `decoding.block` reads them."""
+    model = to_diffusion(copy.deepcopy(qwen3[0]), B, tokenizer=tok, prediction="shifted")
+    p, pm, x0, am = _text_batch(tok, PROMPTS, ANSWERS, B)
+    xt = _noisy(x0, am, model.config.mask_token_id)
+    train = diffusion_forward(model, prompt_ids=p, prompt_mask=pm, x0=x0, xt=xt, answer_mask=am, block_size=B)
+
+    n, P = p.shape
+    pos = (pm.long().cumsum(1) - 1).clamp_min(0)
+    cache = DynamicCache(config=model.config)
+    carry = _cached_forward(model, p, encode_mask(prefill_mask_dense(pm)), pos, cache)[:, -1]
+    valid, n_real = pm.clone(), pm.sum(1)
+    for b in range(x0.shape[1] // B):
+        cols = slice(b * B, (b + 1) * B)
+        mask = encode_mask(decode_block_mask_dense(valid, B))
+        block_pos = n_real[:, None] + b * B + torch.arange(B)
+        noisy = _cached_forward(model, xt[:, cols], mask, block_pos, cache)
+        cache.crop(-B)
+        expected = torch.cat([carry[:, None], noisy[:, :-1]], 1)
+        assert ((expected - train[:, cols]) * am[:, cols, None]).abs().max() <= TOL, f"block {b}"
+        carry = _cached_forward(model, x0[:, cols], mask, block_pos, cache)[:, -1]  # commit the clean block
+        valid = torch.cat([valid, am[:, cols]], 1)
+
+
+@torch.no_grad()
 def test_training_equals_kv_cache_decode_qwen3vl(tok, qwen3vl):
     """Same for Qwen3-VL with an image: the prefill is HF's own (it computes M-RoPE and caches rope_deltas);
     the answer blocks use positions P + rope_delta + offset on all three rows."""

@@ -18,8 +18,8 @@ from wamdiff.models.convert import to_diffusion
 TOK = build_tokenizer()
 
 
-def _checkpoint(path, seed: int, block: int = 4, grow: int = 1):
-    model = to_diffusion(build_model("tiny", TOK, vision=True, seed=seed), block, tokenizer=TOK)
+def _checkpoint(path, seed: int, block: int = 4, grow: int = 1, prediction: str = "same"):
+    model = to_diffusion(build_model("tiny", TOK, vision=True, seed=seed), block, tokenizer=TOK, prediction=prediction)
     if grow > 1:
         from wamdiff.models import grow_depth
 
@@ -54,6 +54,13 @@ def test_checkpoints_of_other_models_or_decoding_are_refused(tmp_path):
     a = _checkpoint(tmp_path / "a", 1)
     with pytest.raises(ValueError, match="decoded alike"):  # same weights' shapes, another block size
         average_weights([a, _checkpoint(tmp_path / "b8", 2, block=8)])
+    with pytest.raises(ValueError, match="decoded alike"):  # the logits of one position predict another token
+        average_weights([a, _checkpoint(tmp_path / "shifted", 2, prediction="shifted")])
+    old = _checkpoint(tmp_path / "old", 3)  # saved before `prediction` was recorded: a same-position model
+    config = json.loads((old / "config.json").read_text())
+    del config["diffusion"]["prediction"]
+    (old / "config.json").write_text(json.dumps(config))
+    average_weights([a, old])
     with pytest.raises(ValueError, match="do not match"):  # twice as deep
         average_weights([a, _checkpoint(tmp_path / "deep", 2, grow=2)])
     with pytest.raises(ValueError, match="at least two"):

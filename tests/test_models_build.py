@@ -92,6 +92,22 @@ def test_conversion_settings_and_errors(tok):
         to_diffusion(plain, 4, tokenizer=tok)  # mask id 480 >= vocab 50
 
 
+def test_prediction_is_recorded_kept_and_checked(tok, tmp_path):
+    """An AR model converts to "same" unless told "shifted"; a diffusion model keeps its own through a new block size,
+    a re-conversion and a save/load, and refuses the other kind (its weights were trained for theirs)."""
+    assert diffusion_settings(to_diffusion(build_model("tiny", tok, seed=0), 4, tokenizer=tok)).prediction == "same"
+    model = to_diffusion(build_model("tiny", tok, seed=0), 4, tokenizer=tok, prediction="shifted")
+    assert diffusion_settings(set_block_size(model, 16)).shifted
+    assert diffusion_settings(to_diffusion(model, 8)).prediction == "shifted"
+    save_model(model, tok, tmp_path / "m")
+    loaded, _ = load_model(tmp_path / "m")
+    assert diffusion_settings(loaded) == diffusion_settings(model)
+    with pytest.raises(ValueError, match="'shifted'.*'same'"):
+        to_diffusion(loaded, 8, prediction="same")
+    with pytest.raises(ValueError, match="prediction must be one of same, shifted"):
+        to_diffusion(build_model("tiny", tok, seed=0), 4, tokenizer=tok, prediction="next")
+
+
 @pytest.mark.parametrize("vision", [False, True])
 def test_save_load_round_trip_identical_logits(tok, tmp_path, vision):
     model = to_diffusion(build_model("tiny", tok, vision=vision, seed=1), 8, tokenizer=tok)
@@ -148,7 +164,14 @@ def test_cli_build_convert_info(tmp_path):
     r = runner.invoke(app, ["info", str(dst)])
     assert r.exit_code == 0 and "Qwen3ForCausalLM" in r.output and "'block_size': 4" in r.output
     assert json.loads((dst / "config.json").read_text())["diffusion"]["block_size"] == 4
+    shifted = tmp_path / "b4s"
+    r = runner.invoke(app, ["convert", str(src), "--block-size", "4", "--prediction", "shifted", "--out", str(shifted)])
+    assert r.exit_code == 0, r.output
+    assert json.loads((shifted / "config.json").read_text())["diffusion"]["prediction"] == "shifted"
+    assert "| prediction | shifted |" in (shifted / "README.md").read_text()
     from test_reliability_errors import assert_user_error, cli
 
     assert_user_error(cli("model", "build", "--preset", "nope", "--out", tmp_path / "x"), "unknown model preset 'nope'", "tiny")
     assert_user_error(cli("model", "info", tmp_path / "missing"), f"{tmp_path / 'missing'}: not a model directory")
+    assert_user_error(cli("model", "convert", shifted, "--prediction", "same", "--out", tmp_path / "y"),
+                      "--prediction", "the model predicts with 'shifted' positions")

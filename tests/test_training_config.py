@@ -49,6 +49,7 @@ def test_overrides_and_teacher_block_size_is_honoured():
         ({"optim.typo": 1}, "unknown key"),
         ({"teacher.path": None}, "teacher.path"),
         ({"teacher.kind": "ar"}, "same-paradigm"),
+        ({"diffusion.prediction": "next"}, "diffusion.prediction.*same, shifted"),
     ],
 )
 def test_bad_recipe_fields_are_named(override, fragment):

@@ -107,6 +107,27 @@ def test_block_size_reaches_the_training_mask(data, ar_model, tmp_path):
     assert masks[4].shape != masks[8].shape or not torch.equal(masks[4], masks[8])
 
 
+def test_shifted_conversion_trains_records_and_is_kept_by_later_stages(data, ar_model, tmp_path):
+    """`diffusion.prediction: shifted` converts the AR model that way: the stage learns, its checkpoint records it,
+    the next stage (prediction unset) keeps it and distils against itself at exactly 0, and asking a shifted init for
+    same-position prediction is refused."""
+    from wamdiff.models import diffusion_settings, load_model
+
+    conv = train(tiny_recipe(data, tmp_path / "s4", "block", model={"init": str(ar_model.final_model), "block_size": 4},
+                             optim={"steps": 20}, diffusion={"prediction": "shifted"}))
+    assert conv.metrics["val_loss"] < conv.metrics["val_loss_start"]
+    assert diffusion_settings(load_model(conv.final_model)[0]).prediction == "shifted"
+    rec = load_recipe(tiny_recipe(data, tmp_path / "s8", "distill_block",
+                                  model={"init": str(conv.final_model), "block_size": 8},
+                                  teacher={"path": str(conv.final_model), "block_size": 8}))
+    trainer = Trainer(rec)
+    assert diffusion_settings(trainer.unwrapped).shifted and diffusion_settings(trainer.objective.teacher).shifted
+    assert trainer.train_step(0)["loss"] == pytest.approx(0.0, abs=1e-6)
+    with pytest.raises(ValueError, match="'shifted'.*'same'"):
+        Trainer(load_recipe(tiny_recipe(data, tmp_path / "bad", "block", diffusion={"prediction": "same"},
+                                        model={"init": str(conv.final_model), "block_size": 4})))
+
+
 def test_distillation_against_itself_is_exactly_zero(data, block_model, tmp_path):
     rec = load_recipe(tiny_recipe(data, tmp_path / "self", "distill_block",
                                   model={"init": str(block_model.final_model), "block_size": 4},

@@ -16,8 +16,8 @@ import typer
 
 from wamdiff.executors import EXECUTOR_KINDS
 from wamdiff.names import (
-    ATTENTIONS, CACHES, DECODE_MODES, DTYPES, FAMILIES, FIXED_WIDTH_FORMATS, FORMATS, GRID_DTYPES, LEAN_MODES, ROUTE_SETS,
-    SPLITS,
+    ATTENTIONS, CACHES, DECODE_MODES, DTYPES, FAMILIES, FIXED_WIDTH_FORMATS, FORMATS, GRID_DTYPES, LEAN_MODES,
+    PREDICTIONS, ROUTE_SETS, SPLITS,
 )
 
 AnswerFormat = Literal[FORMATS]
@@ -26,12 +26,13 @@ DecodeMode = Literal[DECODE_MODES]
 Dtype = Literal[DTYPES]
 Attention = Literal[ATTENTIONS]
 Lean = Literal[LEAN_MODES]
+Prediction = Literal[PREDICTIONS]
 Executor = Literal[EXECUTOR_KINDS]
 Split = Literal[SPLITS]
 RouteSet = Literal[ROUTE_SETS]
 
 __all__ = ["AnswerFormat", "Attention", "CACHES", "DecodeMode", "Dtype", "Executor", "FAMILIES", "FixedWidthFormat",
-           "GRID_DTYPES", "Lean", "RouteSet", "Split", "list_help", "parse_list"]
+           "GRID_DTYPES", "Lean", "Prediction", "RouteSet", "Split", "list_help", "parse_list"]
 
 
 def list_help(values: tuple[str, ...]) -> str:

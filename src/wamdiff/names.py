@@ -15,6 +15,10 @@ FORMATS = ("text2", "text1", "fixed1", "fixed2", "bins", "delta")
 FIXED_WIDTH_FORMATS = ("fixed1", "fixed2", "bins", "delta")  # token positions never shift: a per-position grammar
 
 # decoding (DecodeConfig)
+# what a diffusion model's logits at answer column j predict (`models.convert.DiffusionSettings.prediction`): the
+# token at j ("same", the masked-diffusion convention), or the token at j + 1 ("shifted", the AR model's own
+# next-token reading, kept through the conversion)
+PREDICTIONS = ("same", "shifted")
 DECODE_MODES = ("ar", "block")  # greedy one token per forward, or block-causal masked diffusion
 STRATEGIES = ("threshold", "fixed")
 ATTENTIONS = ("sdpa", "flashinfer", "torch_paged")

@@ -21,6 +21,11 @@ still queries every position it queries anyway (exact: the whole block; delayed:
 still-masked positions come last, and only those last rows get logits (and, with "last_layer", the last
 layer's MLP). The tokens are those of the full step.
 
+Shifted models (`models.convert.DiffusionSettings.prediction`): the logits of the query before a position predict
+it. Inside a block that is the block's own previous row; for the block's first position it is the last token before
+the block, whose logits come out of the forward that wrote its final K/V (the prefill, or the commit of the block
+before: one more kept row, no extra forward) and hold for every step of the block (`carry`).
+
 Batches: every sample runs every forward (fixed shapes); per-sample `active` flags decide what counts.
 A sample is finished once a block containing EOS (or a PAD, read as EOS) is complete; its tail after EOS is PAD
 (the training convention). All selection is vectorised over the batch: no per-sample Python in the hot path.
@@ -98,6 +103,7 @@ def decode_block(
     grammar_table=None,
     trace=None,
     readout=None,
+    shifted: bool = False,
 ):
     """Decode with `config`'s block settings (block_size, as `generate` resolved it and the runner's layout holds it;
     threshold, max_steps, strategy, fused_commit, delayed_cache, max_new_tokens). Returns (tokens [N, A] (PAD after
@@ -105,7 +111,8 @@ def decode_block(
 
     `trace(block_index, step, block_tokens_before, logits)` is called after every denoising forward (tests);
     in delayed-cache steps the rows of positions that were not queried are NaN. `readout`: keyword arguments of
-    `decoding.readout.read_out` (window, table); None = the most likely token and its probability.
+    `decoding.readout.read_out` (window, table); None = the most likely token and its probability. `shifted`: the
+    model predicts each position from the query before it (module docstring).
     """
     n, p, block_size = runner.n, runner.P, runner.block_size
     if config.block_size != block_size:
@@ -124,9 +131,12 @@ def decode_block(
     joint = config.smoothness > 0 and table is not None  # keep each decided position's grid probabilities
     schedule = fixed_schedule(block_size, config.max_steps) if config.strategy == "fixed" else None
     n_steps_cap = len(schedule) if schedule is not None else config.max_steps
+    shift = int(shifted)  # the extra logit row a block's first forward keeps: the token before the block
+    carry = None  # shifted: logits [N, V] of the token before the block, predicting the block's first position
 
     if not fused_commit:  # plain prefill: one forward for everyone
-        runner.prefill(None, keep=1)
+        logits = runner.prefill(None, keep=1)
+        carry = logits[:, -1].clone() if shifted else None  # (a captured graph's output is overwritten next step)
         forwards += 1
     pending = None  # clean tokens of the previous block awaiting commit (fused mode)
 
@@ -141,17 +151,22 @@ def decode_block(
         step = 0
         while True:
             idx = None
+            first_fused = step == 0 and (blk == 0 and fused_commit or pending is not None)
             if step == 0 and fused_commit and blk == 0:
-                logits = runner.prefill(x, keep=block_size)
+                logits = runner.prefill(x, keep=block_size + shift)
             elif step == 0 and pending is not None:
-                logits = runner.forward(torch.cat([pending, x], dim=1), s0 - block_size, keep=block_size)
-            elif step > 0 and (delayed_cache or lean):  # K/V-only rows first, the still-masked (logit) rows last
-                order, keep = order_queries(decided_last if delayed_cache else ~masked, masked, runner.static_shapes)
+                logits = runner.forward(torch.cat([pending, x], dim=1), s0 - block_size, keep=block_size + shift)
+            elif step > 0 and (delayed_cache or lean):  # K/V-only rows first, the rows whose logits are read last
+                read = torch.nn.functional.pad(masked[:, 1:], (0, 1)) if shifted else masked
+                queried = (decided_last | masked) if delayed_cache else torch.ones_like(masked)
+                order, keep = order_queries(queried & ~read, read, runner.static_shapes)
                 keep = keep if lean else order.shape[1]
                 logits = runner.forward_slots(x.gather(1, order), s0 + order, keep)
                 idx = order[:, order.shape[1] - keep:]  # the block positions of the logit rows
             else:
                 logits = runner.forward(x, s0, keep=block_size)
+            if shifted:
+                logits, idx, carry = _shift_logits(logits, idx, carry, first_fused, block_size)
             if allowed is not None:
                 logits = logits.masked_fill(~(allowed[idx] if idx is not None else allowed), float("-inf"))
             if trace is not None:
@@ -199,13 +214,33 @@ def decode_block(
         if fused_commit:
             pending = x
         else:
-            runner.forward(x, s0, keep=0)  # K/V only, no logits needed
+            logits = runner.forward(x, s0, keep=shift)  # K/V (and, shifted, the next block's first logits)
+            carry = logits[:, -1].clone() if shifted else None
             forwards += active
 
     # the budget: cut at max_new_tokens (an EOS beyond it does not count)
     finished &= lengths <= max_new_tokens
     lengths = torch.clamp(lengths, max=max_new_tokens)
     return out[:, :max_new_tokens], lengths, forwards, finished
+
+
+def _shift_logits(logits, idx, carry, first_fused: bool, block_size: int):
+    """A shifted model's step logits moved onto the block positions they predict: (logits, idx, carry) as the rest of
+    the step reads them (idx None: one row per block position). The first forward of a fused block kept one more row
+    in front, the token before the block: it becomes the carry. A partial step's row r predicts r + 1; the carry
+    is prepended for position 0, and a row that would predict past the block (the last position, queried only for
+    its K/V) is read as the carry too, so every index stays in the block and duplicates agree."""
+    if idx is None:
+        if first_fused:
+            return logits[:, :block_size], None, logits[:, 0].clone()
+        return torch.cat([carry[:, None].to(logits.dtype), logits[:, :-1]], dim=1), None, carry
+    idx = idx + 1
+    past = (idx == block_size)[..., None]
+    logits = torch.where(past, carry[:, None].to(logits.dtype), logits)
+    logits = torch.cat([carry[:, None].to(logits.dtype), logits], dim=1)
+    first = torch.zeros(idx.shape[0], 1, dtype=idx.dtype, device=idx.device)  # (idx may have no column: no rows read)
+    idx = torch.cat([first, idx.masked_fill(past[..., 0], 0)], dim=1)
+    return logits, idx, carry
 
 
 def _read_jointly(x, grid_p, positions, table, weight: float, window: int):

@@ -83,8 +83,9 @@ def generate(model, tokenizer, prompts, config: DecodeConfig | None = None, *, t
             if ordinal is not None:
                 readout["table"] = config.grammar.ordinal_table(answer_slots, device)
         runner = _make_runner(model, batch, config.block_size, config)
+        shifted = is_diffusion(model) and diffusion_settings(model).shifted
         decode = partial(decode_block, config=config, mask_id=mask_id, eos_id=eos_id, pad_id=pad_id,
-                         grammar_table=table, trace=trace, readout=readout)
+                         grammar_table=table, trace=trace, readout=readout, shifted=shifted)
     try:
         out, lengths, forwards, finished = decode(runner)
     finally:

@@ -59,12 +59,13 @@ def diffusion_forward(
     model, *, prompt_ids, prompt_mask, x0, xt, answer_mask, block_size: int, pixel_values=None,
     image_grid_thw=None, mm_token_type_ids=None, attn: str = "sdpa", return_x0: bool = False,
 ):
-    """Block-diffusion forward over [prefix | x0 | xt]; returns logits [N, A, V] at the xt positions.
-
-    logits[:, j] predicts the clean token at answer column j (same position, no shift). The teacher of
+    """Block-diffusion forward over [prefix | x0 | xt]; returns logits [N, A, V], logits[:, j] predicting the clean
+    token at answer column j whatever the model's `prediction`: a "same" model's x_t row j, a "shifted" model's row
+    before it (`_shift_to_columns`). Losses and distillation compare columns and need not know which. The teacher of
     block-wise distillation calls this with its own (smaller) block size on the same inputs.
     attn: mask encoding / kernel: "sdpa" (bool), "eager" (additive float), "flex" (BlockMask, inference only
-    on CPU). return_x0=True also returns the x0-stream logits (at B=1 they equal the AR model's logits).
+    on CPU). return_x0=True also returns the x0-stream logits as the model gives them (at B=1 they equal the AR
+    model's logits; for a shifted model at B=1 so do the returned x_t logits, taken from the clean rows).
     mm_token_type_ids: [N, P] for the prompt (derived from the image token when None).
     """
     check_block_size(block_size)
@@ -72,6 +73,7 @@ def diffusion_forward(
     if xt.shape != x0.shape:
         raise ValueError(f"xt {tuple(xt.shape)} must have the shape of x0 {tuple(x0.shape)}")
     a = x0.shape[1]
+    shifted = _predicts_shifted(model)
     pos = training_position_ids(
         model, prompt_ids, prompt_mask, a, image_grid_thw=image_grid_thw, mm_token_type_ids=mm_token_type_ids
     )
@@ -83,12 +85,31 @@ def diffusion_forward(
         keep = torch.cat([torch.arange(p), torch.arange(p + a, p + 2 * a)]).to(prompt_ids.device)
         dense = training_mask_dense(prompt_mask, answer_mask, block_size)[:, keep][:, :, keep]
         mask = encode_mask(dense, attn, dtype=model.dtype)
-        return _run(model, torch.cat([prompt_ids, xt], dim=1), mask, pos[..., keep], a, pixel_values, image_grid_thw,
-                    mm_token_type_ids)
+        logits = _run(model, torch.cat([prompt_ids, xt], dim=1), mask, pos[..., keep], a + int(shifted), pixel_values,
+                      image_grid_thw, mm_token_type_ids)
+        return logits[:, :a] if shifted else logits  # shifted: [last prompt token | xt columns 0..a-2]
     mask = training_mask(prompt_mask, answer_mask, block_size, attn, dtype=model.dtype)
     ids = torch.cat([prompt_ids, x0, xt], dim=1)
-    logits = _run(model, ids, mask, pos, 2 * a if return_x0 else a, pixel_values, image_grid_thw, mm_token_type_ids)
-    return (logits[:, a:], logits[:, :a]) if return_x0 else logits
+    logits = _run(model, ids, mask, pos, 2 * a + int(shifted) if return_x0 or shifted else a, pixel_values,
+                  image_grid_thw, mm_token_type_ids)
+    xt_logits = _shift_to_columns(logits, a, block_size) if shifted else logits[:, -a:]
+    return (xt_logits, logits[:, -2 * a:-a]) if return_x0 else xt_logits
+
+
+def _predicts_shifted(model) -> bool:
+    from wamdiff.models.recorded import recorded_diffusion
+
+    return recorded_diffusion(model).get("prediction") == "shifted"
+
+
+def _shift_to_columns(logits: torch.Tensor, a: int, block_size: int) -> torch.Tensor:
+    """A shifted model's logits per answer column j, from the rows [last prompt token | x0 | xt] (2a + 1 rows): inside a
+    block the x_t row before j; at a block's first column the clean row before it (the last prompt token for column
+    0), which sees exactly the context a decode has when it starts that block (the prompt and the committed blocks)."""
+    j = torch.arange(a, device=logits.device)
+    first = j % block_size == 0
+    row = torch.where(first, j, a + j)  # x0 row j-1 sits at index j (index 0 is the last prompt token); xt row j-1 at a+j
+    return logits[:, row]
 
 
 def ar_forward(

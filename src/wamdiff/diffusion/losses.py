@@ -29,7 +29,8 @@ def _per_sample_mean(values, rows, n, lengths):
 
 
 def masked_diffusion_loss(logits, x0, masked, t, answer_mask=None, *, grids: Grids | None = None, sigma: float = 0.0):
-    """Masked-diffusion ELBO: CE at masked xt positions against the clean token at the SAME position, weight 1/t,
+    """Masked-diffusion ELBO: CE at masked xt positions against the clean token of the SAME column (the training
+    forward gives logits per column whatever the model's prediction), weight 1/t,
     summed per sample / answer length, mean over samples. logits [N, A, V]; x0, masked, t, answer_mask [N, A].
     A sample with no masked token contributes 0 (no division by the mask count). With `grids` and `sigma` > 0 a
     target on a value grid is a Gaussian over its neighbours (`grid_cross_entropy`)."""

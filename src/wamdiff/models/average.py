@@ -22,6 +22,13 @@ import torch
 AGREEING_CONFIG = ("model_type", "diffusion", "wamdiff_answer_format", "wamdiff_camera")
 
 
+def _recorded(config: dict, field: str):
+    value = config.get(field)
+    if field == "diffusion" and value:  # checkpoints saved before `prediction` was recorded are same-position ones
+        return {"prediction": "same", **value}
+    return value
+
+
 @torch.no_grad()
 def average_weights(paths: list[str | Path]):
     """(model, tokenizer) of the first checkpoint in `paths` with the mean of all their floating-point weights."""
@@ -41,7 +48,7 @@ def average_weights(paths: list[str | Path]):
                              "average only fine-tunes of one model")
         cfg = other.config.to_dict()
         for field in AGREEING_CONFIG:
-            if cfg.get(field) != first.get(field):
+            if _recorded(cfg, field) != _recorded(first, field):
                 raise ValueError(f"{path}: config field {field} is {cfg.get(field)!r}, {paths[0]} has "
                                  f"{first.get(field)!r}; average only checkpoints decoded alike")
         for k in total:

@@ -118,7 +118,8 @@ def model_card(config: dict, *, name: str, base_model: str | None = None, licens
         lines += ["", f"Converted from `{base_model or source}`."]
     lines += ["", "## Settings", "", "| setting | value |", "|---|---|"]
     if diffusion:
-        lines += [f"| block size | {diffusion.get('block_size')} |", f"| mask token id | {diffusion.get('mask_token_id')} |"]
+        lines += [f"| block size | {diffusion.get('block_size')} |", f"| mask token id | {diffusion.get('mask_token_id')} |",
+                  f"| prediction | {diffusion.get('prediction', 'same')} |"]
     lines += [f"| decode (`wamdiff_decode`) | {', '.join(f'{k}={v}' for k, v in decode.items()) or 'wamdiff defaults'} |",
               f"| weights dtype | {config.get('dtype') or config.get('torch_dtype') or 'float32'} |"]
     lines += ["", "## Load", "", "```python", ONE_LINE_LOAD.format(path="path/to/this/folder"), "```", "",

@@ -8,6 +8,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from wamdiff.cli_choices import Prediction
+
 app = typer.Typer(help="Build model presets or a stand-in of a real Qwen3-VL, convert AR checkpoints to block diffusion, "
                        "inspect checkpoints.", no_args_is_help=True)
 console = Console()
@@ -63,6 +65,9 @@ def convert(
     src: Path = typer.Argument(..., help="AR (or diffusion) checkpoint directory."),
     block_size: int = typer.Option(32, min=1, help="Diffusion block size B."),
     out: Path = typer.Option(..., help="Output directory."),
+    prediction: Prediction = typer.Option(None, help="Which token an answer position's logits predict: same (that "
+                                                     "position's) or shifted (the next one's, the AR model's reading). "
+                                                     "Default: a diffusion source's own, else same."),
     base_model: str = typer.Option(None, help="Model card: the Hugging Face id of the base model (default: the "
                                               "source's own card's base_model, if any)."),
     license: str = typer.Option(None, help="Model card: the weights' license (default: the source card's, else other)."),
@@ -85,7 +90,11 @@ def convert(
     model, tokenizer = load_model(src, dtype="auto")  # weights unchanged, dtype included
     if template is not None:
         tokenizer.chat_template = template  # save_pretrained writes it (chat_template.jinja): every later load has it
-    save_model(to_diffusion(model, block_size, tokenizer=tokenizer), tokenizer, out)  # + the source's image processor
+    try:
+        model = to_diffusion(model, block_size, tokenizer=tokenizer, prediction=prediction)
+    except ValueError as err:
+        raise typer.BadParameter(str(err), param_hint="--prediction") from None
+    save_model(model, tokenizer, out)  # + the source's image processor
     write_model_card(out, base_model=base_model, license=license, source=src)
     _show(model_info(out), f"converted {src} -> {out}")
 

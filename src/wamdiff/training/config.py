@@ -26,6 +26,7 @@ from typing import Any
 import yaml
 
 from wamdiff.errors import UserError
+from wamdiff.names import PREDICTIONS
 from wamdiff.yamlconfig import merge, read_config
 
 
@@ -124,6 +125,10 @@ class DiffusionSection:
     # > 0: a masked target on a value grid (delta displacements, bins) is a Gaussian this many grid steps wide over
     # its neighbours instead of one-hot (`diffusion.losses.grid_cross_entropy`); 0 = one-hot
     ordinal_sigma: float = 0.0
+    # what the logits at answer column j predict (`models.convert.DiffusionSettings.prediction`): "same" (token j) or
+    # "shifted" (token j + 1, the AR model's own reading). Set when an AR model is converted; None keeps a diffusion
+    # init's own (an AR init then converts to "same"); a diffusion init of the other kind is an error.
+    prediction: str | None = None
 
 
 @dataclass
@@ -359,6 +364,8 @@ def validate(r: Recipe) -> Recipe:
         bad("optim.mixed_precision", f"{r.optim.mixed_precision!r} is not bf16 | no")
     if not 0.0 < r.diffusion.min_rate <= 1.0:
         bad("diffusion.min_rate", "must be in (0, 1]")
+    if r.diffusion.prediction is not None and r.diffusion.prediction not in PREDICTIONS:
+        bad("diffusion.prediction", f"{r.diffusion.prediction!r} is not one of {', '.join(PREDICTIONS)}")
     if r.diffusion.ordinal_sigma < 0:
         bad("diffusion.ordinal_sigma", f"must be >= 0 (0 = one-hot targets), got {r.diffusion.ordinal_sigma}")
     if r.optim.ema_decay is not None and not 0.0 <= r.optim.ema_decay < 1.0:

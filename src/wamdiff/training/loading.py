@@ -32,7 +32,7 @@ def load_student(recipe: Recipe):
         model = build_model(recipe.model.preset, tokenizer, vision=recipe.model.vision, seed=recipe.seed)
         model.to(WEIGHT_DTYPES[recipe.model.dtype])
     if recipe.kind.diffusion:
-        model = to_diffusion(model, recipe.block_size)
+        model = to_diffusion(model, recipe.block_size, prediction=recipe.diffusion.prediction)
     return model, tokenizer, image_processor_for(model)
 
 

@@ -1,7 +1,7 @@
 """The training objective of each recipe kind: what is noised, what is run, what is compared.
 
 - `ar_sft`:        next-token cross-entropy on the answer (ar_forward), per-sample mean then batch mean.
-- `block`:         masked-diffusion loss at block size B (CE at masked x_t positions, same-position target,
+- `block`:         masked-diffusion loss at block size B (CE at masked x_t positions against the column's token,
                    1/t weight) — the progressive block-size curriculum.
 - `distill_block`: frozen diffusion teacher at `teacher_block_size` (default B/2) and student at B see the SAME
                    x_t, positions and pixels; symmetric JSD at masked positions (+ (1-kd_ratio) masked CE).
