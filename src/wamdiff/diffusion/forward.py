@@ -97,9 +97,9 @@ def diffusion_forward(
 
 
 def _predicts_shifted(model) -> bool:
-    from wamdiff.models.recorded import recorded_diffusion
-
-    return recorded_diffusion(model).get("prediction") == "shifted"
+    """The model's recorded `prediction` (`models.convert.DiffusionSettings`; read from its config here, since the
+    diffusion layer sits below the models layer); a model without diffusion settings predicts at the same position."""
+    return (getattr(model.config, "diffusion", None) or {}).get("prediction") == "shifted"
 
 
 def _shift_to_columns(logits: torch.Tensor, a: int, block_size: int) -> torch.Tensor:
