@@ -251,6 +251,12 @@ def test_block_decoding_with_smoothness_reads_each_axis_as_one_path(model):
         assert f.token_ids[16] == EOS
     moved = sum(a != b for g, s in zip(plain, some) for a, b in zip(g.token_ids, s.token_ids))
     assert 0 < moved < sum(len(g.token_ids) for g in plain)
+    # several blocks: each block's values of a grid are read as one path of their own (blocks of 8: 4 x and 4 y)
+    eight = generate(model, TOK, prompts, DecodeConfig(smoothness=1e6, **{**base, "block_size": 8}))
+    for f in eight:
+        for start in (0, 8):
+            assert len(set(f.token_ids[start:start + 8:2])) == 1 and len(set(f.token_ids[start + 1:start + 8:2])) == 1
+        assert f.token_ids[16] == EOS
     ar = dict(mode="ar", grammar=TWO_GRIDS, max_new_tokens=17)
     assert generate(model, TOK, prompts[:1], DecodeConfig(smoothness=1.0, **ar))[0].token_ids == \
         generate(model, TOK, prompts[:1], DecodeConfig(**ar))[0].token_ids

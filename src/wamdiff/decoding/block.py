@@ -188,9 +188,10 @@ def decode_block(
             x = torch.where(sel, pred, x)
             if joint:  # the decided positions' grid probabilities, as they were when decided
                 rows = cols[None].expand(n, -1) if idx is None else idx
-                p = grid_probs(logits, blk * block_size + rows, table)[1]
-                p = p if idx is None else torch.zeros_like(grid_p).scatter(1, idx[..., None].expand_as(p), p)
-                grid_p = torch.where(sel[..., None], p, grid_p)
+                probs = grid_probs(logits, blk * block_size + rows, table)[1]
+                if idx is not None:
+                    probs = torch.zeros_like(grid_p).scatter(1, idx[..., None].expand_as(probs), probs)
+                grid_p = torch.where(sel[..., None], probs, grid_p)
             masked = masked & ~sel
             decided_last = sel
             if not bool(masked.any()):
