@@ -151,11 +151,12 @@ def decode_block(
         step = 0
         while True:
             idx = None
-            first_fused = step == 0 and (blk == 0 and fused_commit or pending is not None)
+            first_fused = False  # this forward also ran the token before the block (prefill or commit)
             if step == 0 and fused_commit and blk == 0:
-                logits = runner.prefill(x, keep=block_size + shift)
+                logits, first_fused = runner.prefill(x, keep=block_size + shift), True
             elif step == 0 and pending is not None:
                 logits = runner.forward(torch.cat([pending, x], dim=1), s0 - block_size, keep=block_size + shift)
+                first_fused = True
             elif step > 0 and (delayed_cache or lean):  # K/V-only rows first, the rows whose logits are read last
                 read = torch.nn.functional.pad(masked[:, 1:], (0, 1)) if shifted else masked
                 queried = (decided_last | masked) if delayed_cache else torch.ones_like(masked)
@@ -231,14 +232,14 @@ def _shift_logits(logits, idx, carry, first_fused: bool, block_size: int):
     in front, the token before the block: it becomes the carry. A partial step's row r predicts r + 1; the carry
     is prepended for position 0, and a row that would predict past the block (the last position, queried only for
     its K/V) is read as the carry too, so every index stays in the block and duplicates agree."""
+    if first_fused:
+        return logits[:, :block_size], None, logits[:, 0].clone()
+    before = carry[:, None].to(logits.dtype)
     if idx is None:
-        if first_fused:
-            return logits[:, :block_size], None, logits[:, 0].clone()
-        return torch.cat([carry[:, None].to(logits.dtype), logits[:, :-1]], dim=1), None, carry
+        return torch.cat([before, logits[:, :-1]], dim=1), None, carry
     idx = idx + 1
     past = (idx == block_size)[..., None]
-    logits = torch.where(past, carry[:, None].to(logits.dtype), logits)
-    logits = torch.cat([carry[:, None].to(logits.dtype), logits], dim=1)
+    logits = torch.cat([before, torch.where(past, before, logits)], dim=1)
     first = torch.zeros(idx.shape[0], 1, dtype=idx.dtype, device=idx.device)  # (idx may have no column: no rows read)
     idx = torch.cat([first, idx.masked_fill(past[..., 0], 0)], dim=1)
     return logits, idx, carry

@@ -17,16 +17,15 @@ from pathlib import Path
 
 import torch
 
+from wamdiff.models.recorded import recorded_diffusion
+
 # config fields the averaged checkpoints must agree on besides their tensors: what the model is, how it decodes
 # (block size, mask token), what its answers mean and what its camera sees
 AGREEING_CONFIG = ("model_type", "diffusion", "wamdiff_answer_format", "wamdiff_camera")
 
 
 def _recorded(config: dict, field: str):
-    value = config.get(field)
-    if field == "diffusion" and value:  # checkpoints saved before `prediction` was recorded are same-position ones
-        return {"prediction": "same", **value}
-    return value
+    return recorded_diffusion(config) if field == "diffusion" else config.get(field)
 
 
 @torch.no_grad()

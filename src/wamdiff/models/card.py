@@ -15,6 +15,8 @@ from pathlib import Path
 
 import yaml
 
+from wamdiff.models.recorded import recorded_diffusion
+
 CARD_FILE = "README.md"
 TAGS = ["wamdiff", "block-diffusion", "masked-diffusion", "autonomous-driving", "trajectory-planning"]
 ONE_LINE_LOAD = 'from wamdiff.models import load_model; model, tokenizer = load_model("{path}")'
@@ -98,7 +100,7 @@ def model_card(config: dict, *, name: str, base_model: str | None = None, licens
                measured: list[dict] | None = None, provenance: dict | None = None, source: str | None = None,
                measured_from: str = MEASURED_FROM) -> str:
     """The card's text for a checkpoint whose `config.json` is `config`."""
-    diffusion = config.get("diffusion") or {}
+    diffusion = recorded_diffusion(config)
     decode = config.get("wamdiff_decode") or {}
     vision = "vision_config" in config
     meta = {"license": license, "library_name": "transformers",
@@ -119,7 +121,7 @@ def model_card(config: dict, *, name: str, base_model: str | None = None, licens
     lines += ["", "## Settings", "", "| setting | value |", "|---|---|"]
     if diffusion:
         lines += [f"| block size | {diffusion.get('block_size')} |", f"| mask token id | {diffusion.get('mask_token_id')} |",
-                  f"| prediction | {diffusion.get('prediction', 'same')} |"]
+                  f"| prediction | {diffusion['prediction']} |"]
     lines += [f"| decode (`wamdiff_decode`) | {', '.join(f'{k}={v}' for k, v in decode.items()) or 'wamdiff defaults'} |",
               f"| weights dtype | {config.get('dtype') or config.get('torch_dtype') or 'float32'} |"]
     lines += ["", "## Load", "", "```python", ONE_LINE_LOAD.format(path="path/to/this/folder"), "```", "",

@@ -64,7 +64,7 @@ def to_diffusion(model_or_path, block_size: int, *, tokenizer=None, prediction: 
         model = model_or_path
     mask_id = tokenizer.convert_tokens_to_ids(tokenizer.mask_token) if tokenizer is not None and tokenizer.mask_token else None
     mask_id = _check_mask_token(model, mask_id if mask_id is not None else getattr(model.config, "mask_token_id", None))
-    own = recorded_diffusion(model).get("prediction", "same") if is_diffusion(model) else None
+    own = recorded_diffusion(model)["prediction"] if is_diffusion(model) else None
     if prediction is not None and own is not None and prediction != own:
         raise ValueError(f"the model predicts with {own!r} positions; it cannot be trained or decoded as {prediction!r}")
     prediction = _check_prediction(prediction or own or "same")
@@ -79,7 +79,7 @@ def diffusion_settings(model) -> DiffusionSettings:
         raise ValueError(f"{type(model).__name__} is not a diffusion model: call to_diffusion(model, block_size) first")
     d = recorded_diffusion(model)
     return DiffusionSettings(check_block_size(int(d["block_size"])), _check_mask_token(model, d["mask_token_id"]),
-                             _check_prediction(d.get("prediction", "same")))
+                             _check_prediction(d["prediction"]))
 
 
 def set_block_size(model, block_size: int):

@@ -24,7 +24,10 @@ def is_model_dir(path: str | Path) -> bool:
 
 
 def _recorded(source, key: str):
-    """`key` of a checkpoint folder's config.json, or of a loaded model's (or a config's) config; None when absent."""
+    """`key` of a checkpoint folder's config.json, of a loaded model's (or a config's) config, or of a config.json's
+    dict; None when absent."""
+    if isinstance(source, dict):
+        return source.get(key)
     if isinstance(source, (str, Path)):
         try:
             return json.loads((Path(source) / CONFIG_FILE).read_text()).get(key)
@@ -35,9 +38,11 @@ def _recorded(source, key: str):
 
 
 def recorded_diffusion(source) -> dict:
-    """The diffusion settings a model was TRAINED with (`diffusion`: block_size, mask_token_id), as recorded; {} for
-    an AR model. `models.convert.diffusion_settings` is the checked, typed form of a loaded model's."""
-    return dict(_recorded(source, "diffusion") or {})
+    """The diffusion settings a model was TRAINED with (`diffusion`: block_size, mask_token_id, prediction), as
+    recorded; {} for an AR model. A checkpoint saved before `prediction` was recorded predicts at the same position.
+    `models.convert.diffusion_settings` is the checked, typed form of a loaded model's."""
+    recorded = dict(_recorded(source, "diffusion") or {})
+    return {"prediction": "same", **recorded} if recorded else recorded
 
 
 def is_diffusion(source) -> bool:
