@@ -61,6 +61,62 @@ def test_an_exported_student_decodes_as_the_pipeline_evaluated_it(tmp_path):
     assert PlannerSpec.parse(f"model:{dest / 'ar'}").decode.mode == "ar"
 
 
+def test_an_exported_student_answers_questions_in_the_pipelines_free_text_decode(tmp_path):
+    """`evaluate.text_decode` ships as `wamdiff_text_decode`: a spec parsed for free text (`wamdiff eval qa`) decodes
+    with it over the planning decode, a planning spec without it; the spec's own options still win; an AR checkpoint
+    ships none and decodes as AR either way; the model card shows it."""
+    from wamdiff.eval.specs import PlannerSpec
+    from wamdiff.models import to_diffusion
+
+    tok = build_tokenizer()
+    student = save_model(to_diffusion(build_model("tiny", tok, seed=0), 32, tokenizer=tok), tok, tmp_path / "student")
+    ar = save_model(build_model("tiny", tok, seed=1), tok, tmp_path / "ar")
+    config = tmp_path / "p.yaml"
+    config.write_text(yaml.safe_dump({
+        "out": str(tmp_path / "run"), "data": {"fmt": "delta"}, "checkpoints": {"student": str(student), "ar": str(ar)},
+        "evaluate": {"decode": {"mode": "block", "block": 17, "steps": 4, "threshold": 0.5, "ordinal": 2, "batch": 8},
+                     "text_decode": {"block": 4, "steps": 32, "threshold": 0.9, "batch": 4}}}))
+    dest = export_checkpoints(config, tmp_path / "ship", ["student", "ar"])
+    shipped = json.loads((dest / "student" / "config.json").read_text())
+    assert shipped["wamdiff_text_decode"] == {"block": 4, "steps": 32, "threshold": 0.9}  # no planner option (batch)
+    assert "wamdiff_text_decode" not in json.loads((dest / "ar" / "config.json").read_text())
+    plan = PlannerSpec.parse(f"model:{dest / 'student'}").decode
+    text = PlannerSpec.parse(f"model:{dest / 'student'}", free_text=True).decode
+    assert (plan.block_size, plan.max_steps, plan.threshold) == (17, 4, 0.5)
+    assert (text.block_size, text.max_steps, text.threshold, text.ordinal_window) == (4, 32, 0.9, 2)
+    assert PlannerSpec.parse(f"model:{dest / 'student'},block=8", free_text=True).decode.block_size == 8
+    assert PlannerSpec.parse(f"model:{dest / 'ar'}", free_text=True).decode.mode == "ar"
+    card = (dest / "student" / "README.md").read_text()
+    assert "| free-text decode, over it (`wamdiff_text_decode`) | block=4, steps=32, threshold=0.9 |" in card
+    assert "wamdiff_text_decode" not in (dest / "ar" / "README.md").read_text()
+
+
+def test_the_pipelines_question_rows_take_the_free_text_decode(tmp_path):
+    """`Pipeline.planner(free_text=True)`: `evaluate.text_decode` over `evaluate.decode`, under the row's own options;
+    an AR row stays greedy AR; without `text_decode` the question rows decode as the plans do."""
+    from wamdiff.models import to_diffusion
+    from wamdiff.orchestration.pipeline import Pipeline
+
+    tok = build_tokenizer()
+    student = save_model(to_diffusion(build_model("tiny", tok, seed=0), 32, tokenizer=tok), tok, tmp_path / "student")
+    ar = save_model(build_model("tiny", tok, seed=1), tok, tmp_path / "ar")
+    evaluate = {"decode": {"mode": "block", "block": 17, "steps": 4, "threshold": 0.5},
+                "planners": {"s": "stage:student", "s8": "stage:student,block=8", "ar": "stage:ar"}}
+    for text_decode in ({"block": 4, "steps": 32, "threshold": 0.9}, None):
+        config = tmp_path / "p.yaml"
+        config.write_text(yaml.safe_dump({
+            "out": str(tmp_path / "run"), "data": {"fmt": "delta"}, "checkpoints": {"student": str(student), "ar": str(ar)},
+            "evaluate": {**evaluate, **({"text_decode": text_decode} if text_decode else {})}}))
+        p = Pipeline.load(config)
+        plans, texts = p.planners(), p.planners(free_text=True)
+        got = {n: (s.decode.mode, s.decode.block_size, s.decode.max_steps, s.decode.threshold) for n, s in texts.items()}
+        if text_decode:
+            assert got["s"] == ("block", 4, 32, 0.9) and got["s8"] == ("block", 8, 32, 0.9)
+        else:
+            assert texts == plans
+        assert plans["s"].decode.block_size == 17 and got["ar"][0] == "ar"
+
+
 def test_a_given_checkpoint_exported_onto_itself_is_left_untouched(tmp_path):
     """The default config is given `checkpoints/ar_vla` and exports into `checkpoints/`: rewriting that file would
     change its time and so re-run every evaluation keyed by it, for the same weights."""

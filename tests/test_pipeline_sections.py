@@ -59,7 +59,7 @@ def test_an_empty_closed_loop_or_overlap_is_off_as_an_absent_one(tmp_path):
     cl = _load(tmp_path, {}, evaluate={"closedloop": {"routes": "full"}}).evaluate.closedloop
     assert (cl.routes, cl.per_family, cl.limit, cl.model_routes) == ("full", None, None, None)
     assert _load(tmp_path, {}).evaluate.model_dump() == {
-        "planners": {}, "decode": {}, "speed": {}, "test_limit": None, "workers": 1, "variants": False,
+        "planners": {}, "decode": {}, "text_decode": {}, "speed": {}, "test_limit": None, "workers": 1, "variants": False,
         "closedloop": None, "top5_overlap": None, "bev_plots": 4, "qa_samples": 64, "recorded": None}
 
 

@@ -20,12 +20,13 @@ from wamdiff.outdir import claim_for_command
 console = Console()
 
 
-def _specs(texts: list[str]) -> dict:
-    """Planner specs checked before any work (a missing checkpoint is found now; nothing is loaded)."""
+def _specs(texts: list[str], free_text: bool = False) -> dict:
+    """Planner specs checked before any work (a missing checkpoint is found now; nothing is loaded). `free_text`:
+    the models answer questions (their recorded free-text decode, `PlannerSpec.parse`)."""
     from .planners import make_planner
     from .specs import parse_specs
 
-    specs = parse_specs(list(texts))
+    specs = parse_specs(list(texts), free_text)
     for spec in specs.values():
         make_planner(spec)
     return specs
@@ -118,7 +119,8 @@ def robustness_map(
 
 def qa(
     planner: list[str] = typer.Option(..., "--planner", "-p", help="Model planner spec, model:PATH[,decode options] "
-                                                                   "(repeatable); decoded as it plans, 32 answer tokens."),
+                                                                   "(repeatable); decoded as the checkpoint records "
+                                                                   "for free text (else as it plans), 32 answer tokens."),
     data: Path = typer.Option(..., help="Dataset folder (its <split>_qa.json, from `wamdiff data generate`)."),
     split: str = typer.Option("test", help="Which split's questions (<split>_qa.json)."),
     limit: int = typer.Option(None, min=1, help="At most this many questions (default: all; the default test split "
@@ -136,7 +138,7 @@ def qa(
     from .report import planner_files, write_csv
     from .run import progress_bar
 
-    specs = _specs(planner)
+    specs = _specs(planner, free_text=True)
     bad = [s.text for s in specs.values() if s.kind != "model"]
     if bad:
         raise UserError(f"--planner {bad[0]!r}: QA needs a model planner (model:PATH)")

@@ -1,8 +1,9 @@
 """Multi-task retention: driving QA exact match per model, with a 95 % interval, and paired differences.
 
 `answer_questions(spec, qa_file)` decodes every question of a QA file (`<split>_qa.json`, written by
-`wamdiff data generate`) the way the model plans (its spec's decode settings, a short answer budget, no trajectory
-grammar) and returns one row per question with its hit (exact match after normalising case and spaces).
+`wamdiff data generate`) with its spec's decode settings (a spec parsed with `free_text`: the checkpoint's recorded
+free-text decode, else its planning one), a short answer budget and no trajectory grammar, and returns one row per
+question with its hit (exact match after normalising case and spaces).
 `qa_summary(rows_by_model, ref)`: per model accuracy with its Wilson 95 % interval (overall, per question kind and
 per family), and for every other model the paired difference against `ref` on the same questions: the mean
 difference of hits with its normal 95 % interval, the discordant counts and McNemar's exact p-value (a binomial

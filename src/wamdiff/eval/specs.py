@@ -59,7 +59,8 @@ class PlannerSpec:
         return self.kind in ("model", "http")
 
     @classmethod
-    def parse(cls, text: str) -> "PlannerSpec":
+    def parse(cls, text: str, free_text: bool = False) -> "PlannerSpec":
+        """`free_text`: a model decodes free-text answers (driving QA), under its recorded free-text decode."""
         kind, _, rest = text.partition(":")
         if kind in ("http", "https"):
             return cls.http(text)
@@ -71,13 +72,14 @@ class PlannerSpec:
                 raise ValueError(f"planner spec {text!r}: only 'model:' takes arguments")
             return cls(kind, text)
         path, *items = rest.split(",")
-        return cls.model(path, split_options(text, items), text=text)
+        return cls.model(path, split_options(text, items), text=text, free_text=free_text)
 
     @classmethod
-    def model(cls, checkpoint: str | Path, *layers: Mapping, text: str = "") -> "PlannerSpec":
+    def model(cls, checkpoint: str | Path, *layers: Mapping, text: str = "", free_text: bool = False) -> "PlannerSpec":
         """A model planner from its checkpoint and option layers, lowest first (e.g. a pipeline's `evaluate.decode`,
         then the spec's own options, then command-line flags; text or typed values): each layer's fmt / batch /
-        fallback are the planner's, the rest decode settings (`resolve_decode`, over the checkpoint's recorded decode)."""
+        fallback are the planner's, the rest decode settings (`resolve_decode`, over the checkpoint's recorded decode;
+        `free_text`: its recorded free-text decode, `models.recorded.recorded_decode`)."""
         text = text or f"model:{checkpoint}"
         where = f"planner spec {text!r}"
         if not str(checkpoint):
@@ -92,8 +94,8 @@ class PlannerSpec:
         if fmt not in FORMATS:
             raise ValueError(f"{where}: option fmt={fmt!r} is not one of {FORMATS}")
         batch, fallback = _batch_and_fallback(own, where)
-        decode = resolve_decode(*decode_layers, recorded=recorded_decode(checkpoint), diffusion=is_diffusion(checkpoint),
-                                where=where)
+        decode = resolve_decode(*decode_layers, recorded=recorded_decode(checkpoint, free_text),
+                                diffusion=is_diffusion(checkpoint), where=where)
         return cls("model", text, Path(checkpoint), decode, fmt, batch, fallback)
 
     @classmethod
@@ -135,6 +137,7 @@ def _batch_and_fallback(opts: dict, where: str) -> tuple[int, str | None]:
     return batch, fallback
 
 
-def parse_specs(texts: list[str]) -> dict[str, PlannerSpec]:
-    """Every spec of a command line, keyed by its text; all are checked before any is used."""
-    return {text: PlannerSpec.parse(text) for text in texts}
+def parse_specs(texts: list[str], free_text: bool = False) -> dict[str, PlannerSpec]:
+    """Every spec of a command line, keyed by its text; all are checked before any is used. `free_text`: the
+    models answer questions (`PlannerSpec.parse`)."""
+    return {text: PlannerSpec.parse(text, free_text) for text in texts}

@@ -122,8 +122,11 @@ def model_card(config: dict, *, name: str, base_model: str | None = None, licens
     if diffusion:
         lines += [f"| block size | {diffusion.get('block_size')} |", f"| mask token id | {diffusion.get('mask_token_id')} |",
                   f"| prediction | {diffusion['prediction']} |"]
-    lines += [f"| decode (`wamdiff_decode`) | {', '.join(f'{k}={v}' for k, v in decode.items()) or 'wamdiff defaults'} |",
-              f"| weights dtype | {config.get('dtype') or config.get('torch_dtype') or 'float32'} |"]
+    lines += [f"| decode (`wamdiff_decode`) | {', '.join(f'{k}={v}' for k, v in decode.items()) or 'wamdiff defaults'} |"]
+    if config.get("wamdiff_text_decode"):
+        lines += [f"| free-text decode, over it (`wamdiff_text_decode`) | "
+                  f"{', '.join(f'{k}={v}' for k, v in config['wamdiff_text_decode'].items())} |"]
+    lines += [f"| weights dtype | {config.get('dtype') or config.get('torch_dtype') or 'float32'} |"]
     lines += ["", "## Load", "", "```python", ONE_LINE_LOAD.format(path="path/to/this/folder"), "```", "",
               "`load_model` returns the Hugging Face model with wamdiff's block-causal attention installed and the "
               "tokenizer with the mask token. A plain `from_pretrained` loads the same weights with causal attention, "

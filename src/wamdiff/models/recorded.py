@@ -8,6 +8,9 @@ A diffusion checkpoint carries two block sizes, and they are different settings:
 - `wamdiff_decode` (written by `wamdiff pipeline --export` from the pipeline's `evaluate.decode`): the decode the
   pipeline EVALUATED the checkpoint with, e.g. one 17-token block for the shipped students trained at 32;
   `recorded_decode` reads it. It is the lowest layer of `decoding.config.resolve_decode` for this checkpoint.
+- `wamdiff_text_decode` (written by the same export from `evaluate.text_decode`): how the pipeline decoded the
+  checkpoint's free-text answers (driving QA), over `wamdiff_decode`; `recorded_decode(..., free_text=True)` reads
+  both. A student that plans in one 17-token block may answer questions better a few tokens at a time.
 """
 
 from __future__ import annotations
@@ -57,10 +60,12 @@ def is_vision(source) -> bool:
     return _recorded(source, "vision_config") is not None
 
 
-def recorded_decode(source) -> dict:
+def recorded_decode(source, free_text: bool = False) -> dict:
     """The decode the pipeline evaluated this checkpoint with (`wamdiff_decode`, option names as written, e.g.
-    `{"block": 17, "steps": 4}`); {} when none was recorded. Not the trained block size (`diffusion_settings`)."""
-    return dict(_recorded(source, "wamdiff_decode") or {})
+    `{"block": 17, "steps": 4}`); {} when none was recorded. Not the trained block size (`diffusion_settings`).
+    `free_text`: the decode of its free-text answers, `wamdiff_text_decode` over that (the same when absent)."""
+    decode = dict(_recorded(source, "wamdiff_decode") or {})
+    return {**decode, **(_recorded(source, "wamdiff_text_decode") or {})} if free_text else decode
 
 
 def recorded_answer_format(source) -> str | None:

@@ -139,13 +139,15 @@ def _executor(p):
 
 def stage_qa(p) -> dict:
     """Multi-task retention: exact match on the test split's question-answer pairs (the first `evaluate.qa_samples`,
-    default 64), each model decoded as its planner row is (`eval.qa_retention`), with its Wilson 95 % interval and,
+    default 64), each model decoded as its planner row is, with `evaluate.text_decode` over `evaluate.decode`
+    (`eval.qa_retention`), with its Wilson 95 % interval and,
     against the first model row, the paired difference on the same questions."""
     from wamdiff.eval.qa_retention import accuracy, answer_questions, qa_summary
 
     limit = p.evaluate.qa_samples
     rows_by = {name: answer_questions(spec, p.data_dir / "test_qa.json", limit)
-               for name, spec in p.planners().items() if spec.kind == "model" and spec.text.startswith("stage:")}
+               for name, spec in p.planners(free_text=True).items()
+               if spec.kind == "model" and spec.text.startswith("stage:")}
     summary = qa_summary(rows_by, next(iter(rows_by), None))
     res = {}
     for name, rows in rows_by.items():
@@ -224,7 +226,8 @@ def run_evaluation(p, run_stage) -> dict:
         specs, ref, grid = pipeline_map_settings(p)
         results["map"] = run_stage(p, "eval_map", lambda: pipeline_map(p), settings={
             **planned, "map": p.cfg["map"], "rows": {n: row_settings(p, n, s) for n, s in specs.items()}})
-    results["qa"] = run_stage(p, "eval_qa", lambda: stage_qa(p), settings={**planned, "rows": model_rows,
+    text_rows = {n: row_settings(p, n, s) for n, s in p.planners(free_text=True).items() if s.kind == "model"}
+    results["qa"] = run_stage(p, "eval_qa", lambda: stage_qa(p), settings={**planned, "rows": text_rows,
                                                                          "qa_samples": cfg.get("qa_samples")})
     if ev.top5_overlap is not None:
         results["overlap"] = run_stage(p, "overlap", lambda: stage_overlap(p), settings=model_stage_settings(p, "overlap"))

@@ -126,27 +126,34 @@ class Pipeline:
             return self.checkpoints[stage]
         return self.out / "ckpt" / stage / "final"
 
-    def planner(self, spec: str):
+    def planner(self, spec: str, free_text: bool = False):
         """A row's planner spec, typed: `stage:NAME[,key=value...]` is the model planner of that stage's checkpoint
         with `evaluate.decode` under the spec's own options (e.g. `stage:block32_more,steps=4` for a capped-steps
         row of the same checkpoint), answers in the data's format, AR decoding for an AR stage; any other text is
-        a planner spec as on the command line."""
+        a planner spec as on the command line. `free_text`: the row answering questions, `evaluate.text_decode`
+        over `evaluate.decode`."""
         from wamdiff.decoding.config import BLOCK_SETTINGS, setting_name  # noqa: PLC0415
         from wamdiff.eval.specs import PLANNER_OPTIONS, PlannerSpec, split_options  # noqa: PLC0415
 
         if not spec.startswith("stage:"):
-            return PlannerSpec.parse(spec)
+            return PlannerSpec.parse(spec, free_text)
         stage, *items = spec.split(":", 1)[1].split(",")
-        decode, own = dict(self.evaluate.decode), split_options(spec, items)
+        decode, own = self.decode_layer(free_text), split_options(spec, items)
         if not self.is_diffusion_stage(stage):  # an AR row decodes greedily: `evaluate.decode`'s block settings
             def without(options, names):  # are the students'
                 return {k: v for k, v in options.items() if k in PLANNER_OPTIONS or setting_name(k, spec) not in names}
             decode, own = without(decode, BLOCK_SETTINGS), {**without(own, ("block_size",)), "mode": "ar"}
-        return PlannerSpec.model(self.checkpoint(stage), {"fmt": self.stage_format(stage)}, decode, own, text=spec)
+        return PlannerSpec.model(self.checkpoint(stage), {"fmt": self.stage_format(stage)}, decode, own, text=spec,
+                                 free_text=free_text)
 
-    def planners(self) -> dict:
-        """{report row name: PlannerSpec} of `evaluate.planners`."""
-        return {name: self.planner(spec) for name, spec in self.evaluate.planners.items()}
+    def decode_layer(self, free_text: bool = False) -> dict:
+        """The pipeline's decode options for its students' plans (`evaluate.decode`) or free-text answers
+        (`evaluate.text_decode` over them)."""
+        return {**self.evaluate.decode, **(self.evaluate.text_decode if free_text else {})}
+
+    def planners(self, free_text: bool = False) -> dict:
+        """{report row name: PlannerSpec} of `evaluate.planners` (`free_text`: answering questions)."""
+        return {name: self.planner(spec, free_text) for name, spec in self.evaluate.planners.items()}
 
     def is_diffusion_stage(self, stage: str) -> bool:
         """Whether a stage's model decodes block by block: its recipe kind when the pipeline trains it, else the
@@ -612,14 +619,20 @@ def export_checkpoints(config: str | Path, dest: str | Path, stages: list[str], 
     from wamdiff.eval.specs import PLANNER_OPTIONS
 
     # the students' block settings, recorded as the config spells them (`models.recorded.recorded_decode`)
-    decode = {k: v for k, v in p.evaluate.decode.items()
-              if k not in PLANNER_OPTIONS and setting_name(k, f"{p.config_path}: evaluate.decode") in BLOCK_SETTINGS}
+    def block_settings(section: str) -> dict:
+        return {k: v for k, v in getattr(p.evaluate, section).items()
+                if k not in PLANNER_OPTIONS and setting_name(k, f"{p.config_path}: evaluate.{section}") in BLOCK_SETTINGS}
+
+    decode, text_decode = block_settings("decode"), block_settings("text_decode")
     for stage in stages:
         src = p.checkpoint(stage)
         if src.resolve() != (dest / stage).resolve():  # a given checkpoint exported onto itself stays untouched
             model, tok = load_model(src)  # (rewriting it would re-time its weights file and re-run its evaluation)
-            if p.is_diffusion_stage(stage) and decode:  # `model:DIR` then decodes as the pipeline evaluated it
-                model.config.wamdiff_decode = decode
+            if p.is_diffusion_stage(stage):  # `model:DIR` then decodes as the pipeline evaluated it
+                if decode:
+                    model.config.wamdiff_decode = decode
+                if text_decode:
+                    model.config.wamdiff_text_decode = text_decode
             save_model(model.to(torch.bfloat16), tok, dest / stage)  # with src's image processor (image_processor_for)
         f = p.stage_file(stage)
         record["stages"][stage] = json.loads(f.read_text()) if f.exists() else {}

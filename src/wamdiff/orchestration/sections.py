@@ -123,6 +123,7 @@ class EvaluateSection(_Section):
 
     planners: dict[str, str] = {}  # report row name -> planner spec (`eval.planners.parse_spec`)
     decode: dict[str, Any] = {}  # how the students decode, under each row's own options (`Pipeline.planner`)
+    text_decode: dict[str, Any] = {}  # how they decode free-text answers (QA), over `decode` (`Pipeline.planner`)
     speed: Any = Field(default_factory=dict)  # `eval.plan_timing.SpeedProbe` (checked by it; false: no timing)
     test_limit: Optional[PositiveInt] = None  # the first this many test scenes (default: all)
     workers: PositiveInt = 1  # scoring and closed-loop processes
