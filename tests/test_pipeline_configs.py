@@ -153,6 +153,24 @@ def test_the_conversion_trains_on_one_mixture_it_can_make_from_the_ar_vla(tmp_pa
     assert mixture("main_wide_mix") == sorted([*base, *own, ("data_train_faster/train.json", 0.5),
                                                ("data_train_fastest/train.json", 0.5)])
     assert [s.get("distil") for s in fast_sets] == [False, False]
+    # the shifted main student: the same mixture, the QA pairs from their labels at share 0.6, the slow sets taught,
+    # the fast ones (route starts at twice their share, along the routes at 0.5) from their labels alone
+    shifted = {Path(s["path"]).relative_to(p.out).parent.as_posix(): s for s in training_sources(p, stages["sh_qa2"])}
+    assert mixture("sh_qa2") == sorted([*[b for b in base if b[0] != "data/train_qa.json"], *own,
+                                               ("data/train_qa.json", 0.6),
+                                               *[(f"data_train_{n}/train.json", w) for n, w in (
+                                                   ("faster", 1.0), ("fastest", 1.0), ("faster_along", 0.5),
+                                                   ("slow", 0.5), ("slowest_dense", 0.5))]])
+    assert {n: shifted[n].get("distil", True) for n in ("data", "data_train_slow", "data_train_faster_along")} == {
+        "data": True, "data_train_slow": True, "data_train_faster_along": False}
+    assert [s.get("distil") for s in training_sources(p, stages["sh_qa2"])
+            if s["path"].endswith("train_qa.json")] == [False]
+    chain, name = [], "sh_qa2"  # converted from the AR VLA with shifted prediction, through shifted stages only
+    while name != "ar_vla":
+        chain.append(name)
+        name = stages[name]["init"]
+    assert name == "ar_vla" and all(n.startswith("sh_") for n in chain) and len(chain) == 13
+    assert stages[chain[-1]]["set"]["diffusion.prediction"] == "shifted"
     assert mixture("main_dagger") == sorted([*base, *[(f, 0.5 / 3) for f in ("data/agg_r6.json", "data/agg_r7.json",
                                                                              "data/agg_r12.json")],
                                               ("data/train_hard_braking.json", 0.25)])
@@ -180,7 +198,7 @@ def test_a_stage_sets_its_qa_share_and_names_the_traffic_sets_it_mixes(tmp_path,
     p.out = tmp_path
     _write_rounds(p.data_dir, dict.fromkeys([6, 7, 12, 13], 1))
     opt_in = [n for n, v in p.data.train_variants.items() if v.opt_in]
-    assert opt_in == ["faster", "fastest", "faster_roads", "fastest_roads"]
+    assert opt_in == ["faster", "fastest", "slow", "slowest_dense", "faster_along", "faster_roads", "fastest_roads"]
     stages = {s["name"]: s for s in p.cfg["train"] if "recipe" in s}
     # the study's speed arm adds the faster traffic, which its teacher does not score; its control does not
     fast = {Path(s["path"]).parent.name: s.get("distil", True) for s in training_sources(p, stages["main_fast"])}
