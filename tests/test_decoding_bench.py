@@ -653,7 +653,7 @@ def test_the_bench_reads_a_checkpoint_with_its_recorded_joint_read_out_unless_to
 
     from wamdiff.models.recorded import recorded_decode
 
-    main = Path(__file__).resolve().parents[1] / "checkpoints" / "main" / "main_wide_mix"
+    main = Path(__file__).resolve().parents[1] / "checkpoints" / "main" / "sh_qa2"
     recorded = recorded_decode(main)["smoothness"]
     assert recorded > 0
     args = ["--checkpoint", main, "--quick", "--n-prompts", "1", "--format", "delta", "--no-step-cost",

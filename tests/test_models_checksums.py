@@ -85,7 +85,7 @@ def test_a_malformed_record_is_named_with_its_line(saved, tmp_path, text):
         read_checksums(odd)
 
 
-@pytest.mark.parametrize("name", ["ar_vla", "distill_block", "main/main_wide_mix", "small/small_student_dagger4"])
+@pytest.mark.parametrize("name", ["ar_vla", "distill_block", "main/sh_qa2", "small/small_student_dagger4"])
 def test_shipped_checkpoints_carry_the_sha256_of_their_weights(name):
     """Each shipped folder's SHA256SUMS and its stage in the PROVENANCE.json beside it name exactly the bytes of its
     weights."""

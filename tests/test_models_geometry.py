@@ -139,7 +139,7 @@ def test_every_prompt_path_uses_the_models_geometry(world):
     qa_spec = parse_specs([spec_text])[spec_text]
     # a student row decodes with the ordinal read-out, which free-text QA answers have no grid for
     qa_spec = replace(qa_spec, text="stage:m", decode=replace(qa_spec.decode, ordinal_window=2))
-    p = SimpleNamespace(evaluate=EvaluateSection(qa_samples=2), data_dir=w.root / "data", planners=lambda: {"m": qa_spec})
+    p = SimpleNamespace(evaluate=EvaluateSection(qa_samples=2), data_dir=w.root / "data", planners=lambda free_text=False: {"m": qa_spec})
     assert stage_qa(p)["planners"]["m"]["n"] == 2
 
 
