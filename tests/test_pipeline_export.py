@@ -4,6 +4,7 @@ import hashlib
 import json
 import os
 
+import pytest
 import yaml
 
 from wamdiff.models import build_model, build_tokenizer, save_model
@@ -115,6 +116,11 @@ def test_the_pipelines_question_rows_take_the_free_text_decode(tmp_path):
         else:
             assert texts == plans
         assert plans["s"].decode.block_size == 17 and got["ar"][0] == "ar"
+    config.write_text(yaml.safe_dump({  # a bad free-text decode is refused when the config loads, naming the option
+        "out": str(tmp_path / "run"), "data": {"fmt": "delta"}, "checkpoints": {"student": str(student), "ar": str(ar)},
+        "evaluate": {**evaluate, "text_decode": {"steps": 0}}}))
+    with pytest.raises(ValueError, match=r"evaluate.planners: .*steps"):
+        Pipeline.load(config)
 
 
 def test_a_given_checkpoint_exported_onto_itself_is_left_untouched(tmp_path):

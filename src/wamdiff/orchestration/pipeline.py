@@ -72,8 +72,8 @@ class Pipeline:
         for name, ckpt in (cfg.get("checkpoints") or {}).items():  # demo: shipped checkpoints
             p.checkpoints[name] = shipped_path(ckpt)  # here, else under $WAMDIFF_CHECKPOINTS
         if p.evaluate.planners:
-            try:
-                p.planners()  # every planner spec checked now, not after hours of training
+            try:  # every planner spec checked now, not after hours of training; as it plans and as it answers
+                p.planners(), p.planners(free_text=True)
             except ValueError as err:
                 raise ValueError(f"{path}: evaluate.planners: {err}") from None
         from wamdiff.eval.plan_timing import SpeedProbe  # noqa: PLC0415  (eval is below the pipeline)
