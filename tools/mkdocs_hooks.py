@@ -247,7 +247,7 @@ def main_student_page() -> str:
         "(`runs/default/ckpt/STAGE/final`), the others bf16 exports (`sh_qa2` is shipped; `main_wide_mix` and "
         "`main_dagger2` were until stop 10 and stop 7); `main_dagger` is the student after its first round.", "",
         *closed_loop_table(folder / "closedloop_failure_kinds.csv"), "",
-        "Where on each route `main_wide_mix` drove, with the command and the junction boxes:", "",
+        "Where on each route the shipped main student drove, with the command and the junction boxes:", "",
         "![timelines](main_student/closedloop_timelines.png)", "",
         "## Open loop and speed", "",
         "1,600 scenes (the test split and five world variants, two of them settings no stage trains on; the two "
