@@ -96,12 +96,17 @@ def _table(rows: list[dict]) -> list[str]:
 MEASURED_FROM = "From the pipeline's report (simulated test split; speed on the machine below):"
 
 
+def _options(options: dict) -> str:
+    """Recorded decode options as a spec writes them: `block=17, steps=4`."""
+    return ", ".join(f"{k}={v}" for k, v in options.items())
+
+
 def model_card(config: dict, *, name: str, base_model: str | None = None, license: str = "mit",
                measured: list[dict] | None = None, provenance: dict | None = None, source: str | None = None,
                measured_from: str = MEASURED_FROM) -> str:
     """The card's text for a checkpoint whose `config.json` is `config`."""
     diffusion = recorded_diffusion(config)
-    decode = config.get("wamdiff_decode") or {}
+    decode, text_decode = config.get("wamdiff_decode") or {}, config.get("wamdiff_text_decode") or {}
     vision = "vision_config" in config
     meta = {"license": license, "library_name": "transformers",
             "pipeline_tag": "image-text-to-text" if vision else "text-generation",
@@ -122,10 +127,9 @@ def model_card(config: dict, *, name: str, base_model: str | None = None, licens
     if diffusion:
         lines += [f"| block size | {diffusion.get('block_size')} |", f"| mask token id | {diffusion.get('mask_token_id')} |",
                   f"| prediction | {diffusion['prediction']} |"]
-    lines += [f"| decode (`wamdiff_decode`) | {', '.join(f'{k}={v}' for k, v in decode.items()) or 'wamdiff defaults'} |"]
-    if config.get("wamdiff_text_decode"):
-        lines += [f"| free-text decode, over it (`wamdiff_text_decode`) | "
-                  f"{', '.join(f'{k}={v}' for k, v in config['wamdiff_text_decode'].items())} |"]
+    lines += [f"| decode (`wamdiff_decode`) | {_options(decode) or 'wamdiff defaults'} |"]
+    if text_decode:
+        lines += [f"| free-text decode, over it (`wamdiff_text_decode`) | {_options(text_decode)} |"]
     lines += [f"| weights dtype | {config.get('dtype') or config.get('torch_dtype') or 'float32'} |"]
     lines += ["", "## Load", "", "```python", ONE_LINE_LOAD.format(path="path/to/this/folder"), "```", "",
               "`load_model` returns the Hugging Face model with wamdiff's block-causal attention installed and the "

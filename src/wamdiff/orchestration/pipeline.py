@@ -619,11 +619,12 @@ def export_checkpoints(config: str | Path, dest: str | Path, stages: list[str], 
     from wamdiff.eval.specs import PLANNER_OPTIONS
 
     # the students' block settings, recorded as the config spells them (`models.recorded.recorded_decode`)
-    def block_settings(section: str) -> dict:
-        return {k: v for k, v in getattr(p.evaluate, section).items()
+    def block_settings(options: dict, section: str) -> dict:
+        return {k: v for k, v in options.items()
                 if k not in PLANNER_OPTIONS and setting_name(k, f"{p.config_path}: evaluate.{section}") in BLOCK_SETTINGS}
 
-    decode, text_decode = block_settings("decode"), block_settings("text_decode")
+    decode = block_settings(p.evaluate.decode, "decode")
+    text_decode = block_settings(p.evaluate.text_decode, "text_decode")
     for stage in stages:
         src = p.checkpoint(stage)
         if src.resolve() != (dest / stage).resolve():  # a given checkpoint exported onto itself stays untouched
